@@ -1,0 +1,119 @@
+//===- PolymeshAttrs.td - Mesh and sharding attributes -----*- tablegen -*-===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_DIALECT_POLYMESH_ATTRS_TD
+#define POLYMESH_DIALECT_POLYMESH_ATTRS_TD
+
+include "polymesh/Dialect/Polymesh/PolymeshBase.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+def Polymesh_MeshAxisAttr : Polymesh_Attr<"MeshAxis", "mesh_axis"> {
+  let summary = "A named mesh axis with a size";
+  let description = [{
+    One axis of a mesh, written `"name"=size` inside a mesh.
+  }];
+  let parameters = (ins StringRefParameter<"axis name">:$name,
+                        "int64_t":$size);
+  let assemblyFormat = "`<` $name `=` $size `>`";
+}
+
+def Polymesh_MeshAttr : Polymesh_Attr<"Mesh", "mesh"> {
+  let summary = "A device mesh: named axes and device ids";
+  let description = [{
+    A row-major grid of named axes, `<["a"=2, "b"=4]>`, optionally followed by
+    the device id at each position, `device_ids=[4, 5, 6, 7]`. Without
+    `device_ids` the ids are `0..N-1`. Any distinct non-negative ids are
+    allowed, so a mesh may be a sub-mesh (a pipeline stage), a set of devices
+    disjoint from every other mesh, or a single device (`<[],
+    device_ids=[3]>`). The empty mesh `<[]>` is device 0.
+
+    The verifier checks that axis sizes are positive, names are unique, the
+    product of the sizes fits in int64, and the device ids are as many as the
+    product, distinct and non-negative.
+  }];
+  let parameters = (ins
+    ArrayRefParameter<"MeshAxisAttr", "mesh axes">:$axes,
+    ArrayRefParameter<"int64_t", "device ids (empty: 0..N-1)">:$deviceIds);
+  let hasCustomAssemblyFormat = 1;
+  let genVerifyDecl = 1;
+  let extraClassDeclaration = [{
+    /// Product of the axis sizes; meaningful only on a verified mesh.
+    int64_t getNumDevices() const;
+    /// The axis called `name`, or null.
+    MeshAxisAttr getAxis(llvm::StringRef name) const;
+    /// Device id at row-major position `position`.
+    int64_t getDeviceId(int64_t position) const;
+  }];
+}
+
+def Polymesh_AxisRefAttr : Polymesh_Attr<"AxisRef", "axis_ref"> {
+  let summary = "A whole mesh axis or a sub-axis";
+  let description = [{
+    `"x"` names a whole axis; `"x":(m)k` names the sub-axis of size `k` whose
+    major pre-size is `m`: the axis of size `n` is viewed as `m x k x
+    n/(m*k)`, major to minor, and the sub-axis is the middle factor. `k` must
+    be greater than 1 and `m*k` must divide `n`.
+  }];
+  let parameters = (ins StringRefParameter<"axis name">:$name,
+                        DefaultValuedParameter<"int64_t", "0">:$preSize,
+                        DefaultValuedParameter<"int64_t", "0">:$size);
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDeclaration = [{
+    bool isSubAxis() const { return getSize() != 0; }
+    /// Size in the given mesh: the sub-axis size, or the whole axis size.
+    int64_t getSizeIn(MeshAttr mesh) const;
+    void print(llvm::raw_ostream &os) const;
+  }];
+}
+
+def Polymesh_DimShardingAttr : Polymesh_Attr<"DimSharding", "dim_sharding"> {
+  let summary = "The axes that split one tensor dimension";
+  let description = [{
+    `{"a", "b"}` splits a dimension over axes `a` then `b`, major to minor.
+    A trailing `?` (`{"a", ?}`, `{?}`) marks the dimension open: propagation
+    may add further axes. Without it the dimension is closed.
+  }];
+  let parameters = (ins
+    ArrayRefParameter<"AxisRefAttr", "axes, major to minor">:$axes,
+    "bool":$isClosed);
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDeclaration = [{
+    void print(llvm::raw_ostream &os) const;
+  }];
+}
+
+def Polymesh_ShardingAttr : Polymesh_Attr<"Sharding", "sharding"> {
+  let summary = "A tensor sharding over one named mesh";
+  let description = [{
+    `#polymesh.sharding<@mesh, [{"a"}, {"b", ?} ], replicated={"c"},
+    unreduced={"d"}>`: the mesh symbol, one dimension sharding per tensor
+    dimension, the axes propagation must not use (`replicated`), and the
+    axes over which the value is a partial sum still to be reduced
+    (`unreduced`). Checks that need the mesh (axes exist, sub-axes divide,
+    no factor used twice, rank matches) run where the attribute is used.
+  }];
+  let parameters = (ins
+    "mlir::FlatSymbolRefAttr":$meshName,
+    ArrayRefParameter<"DimShardingAttr", "per-dimension shardings">:$dims,
+    ArrayRefParameter<"AxisRefAttr", "replicated axes">:$replicated,
+    ArrayRefParameter<"AxisRefAttr", "unreduced axes">:$unreduced);
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDeclaration = [{
+    /// Verifies this sharding against `mesh` for a value of type `type`;
+    /// `emitError` prefixes every message with where the sharding is used.
+    mlir::LogicalResult verifyFor(
+        llvm::function_ref<mlir::InFlightDiagnostic()> emitError,
+        MeshAttr mesh, mlir::Type type) const;
+    /// A fully replicated, closed sharding of rank `rank` on `meshName`.
+    static ShardingAttr getReplicated(mlir::MLIRContext *context,
+                                      mlir::FlatSymbolRefAttr meshName,
+                                      int64_t rank);
+    void printBody(mlir::AsmPrinter &printer) const;
+    static ShardingAttr parseBody(mlir::AsmParser &parser);
+  }];
+}
+
+#endif // POLYMESH_DIALECT_POLYMESH_ATTRS_TD

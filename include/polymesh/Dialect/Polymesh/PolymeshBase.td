@@ -1,0 +1,58 @@
+//===- PolymeshBase.td - Polymesh dialect definition -------*- tablegen -*-===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_DIALECT_POLYMESH_BASE_TD
+#define POLYMESH_DIALECT_POLYMESH_BASE_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/AttrTypeBase.td"
+
+def Polymesh_Dialect : Dialect {
+  let name = "polymesh";
+  let cppNamespace = "::polymesh";
+  let summary = "Shardings over several device meshes at once";
+  let description = [{
+    The `polymesh` dialect describes how tensors are laid out over device
+    meshes. Unlike upstream `shard` and Shardy, a program may name any number
+    of meshes, each with arbitrary device ids, so sub-meshes, disjoint
+    pipeline stages and single devices are ordinary meshes, and a value keeps
+    the identity of the mesh it was placed on.
+
+    Discardable attributes verified by the dialect:
+
+    * `polymesh.sharding` — a `#polymesh.sharding` on a function argument or
+      result, or on an op: a single sharding for a single-result op, or an
+      array with one sharding per result.
+    * `polymesh.leaf` — a string naming the pytree path of a function result
+      (used in reports and diagnostics).
+    * `polymesh.ambient_mesh` — a flat symbol reference to a `polymesh.mesh`,
+      on a function or on the module: the default placement for values that
+      nothing else places.
+  }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
+  let extraClassDeclaration = [{
+    static constexpr llvm::StringLiteral kShardingAttrName = "polymesh.sharding";
+    static constexpr llvm::StringLiteral kLeafAttrName = "polymesh.leaf";
+    static constexpr llvm::StringLiteral kAmbientMeshAttrName =
+        "polymesh.ambient_mesh";
+  private:
+    void registerAttributes();
+  public:
+  }];
+}
+
+class Polymesh_Attr<string name, string attrMnemonic, list<Trait> traits = []>
+    : AttrDef<Polymesh_Dialect, name, traits> {
+  let mnemonic = attrMnemonic;
+}
+
+class Polymesh_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Polymesh_Dialect, mnemonic, traits>;
+
+#endif // POLYMESH_DIALECT_POLYMESH_BASE_TD

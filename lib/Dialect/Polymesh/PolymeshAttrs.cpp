@@ -1,0 +1,468 @@
+//===- PolymeshAttrs.cpp - Mesh and sharding attributes -------------------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Dialect/Polymesh/PolymeshAttrs.h"
+#include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallString.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/MathExtras.h"
+
+using namespace mlir;
+using namespace polymesh;
+
+#define GET_ATTRDEF_CLASSES
+#include "polymesh/Dialect/Polymesh/PolymeshAttrs.cpp.inc"
+
+void PolymeshDialect::registerAttributes() {
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "polymesh/Dialect/Polymesh/PolymeshAttrs.cpp.inc"
+      >();
+}
+
+namespace {
+/// Multiplies non-negative values; false on overflow.
+bool mulOverflows(int64_t a, int64_t b, int64_t &result) {
+  return llvm::MulOverflow(a, b, result);
+}
+
+void printQuoted(llvm::raw_ostream &os, StringRef text) {
+  os << '"';
+  llvm::printEscapedString(text, os);
+  os << '"';
+}
+
+/// Parses `[a, b, ...]` with `parseElement`, allowing an empty list.
+ParseResult parseBracketList(AsmParser &parser,
+                             function_ref<ParseResult()> parseElement) {
+  return parser.parseCommaSeparatedList(AsmParser::Delimiter::Square,
+                                        parseElement);
+}
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// MeshAttr
+//===----------------------------------------------------------------------===//
+
+LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
+                               ArrayRef<MeshAxisAttr> axes,
+                               ArrayRef<int64_t> deviceIds) {
+  llvm::StringSet<> names;
+  int64_t product = 1;
+  for (MeshAxisAttr axis : axes) {
+    if (axis.getSize() <= 0)
+      return emitError() << "mesh axis \"" << axis.getName() << "\" has size "
+                         << axis.getSize() << "; expected a positive size";
+    if (!names.insert(axis.getName()).second)
+      return emitError() << "duplicate mesh axis \"" << axis.getName()
+                         << "\"; axis names must be unique";
+    if (mulOverflows(product, axis.getSize(), product))
+      return emitError() << "the product of the mesh axis sizes overflows "
+                            "int64 at axis \""
+                         << axis.getName() << "\"";
+  }
+  if (deviceIds.empty())
+    return success();
+  if (static_cast<int64_t>(deviceIds.size()) != product)
+    return emitError() << "mesh has " << deviceIds.size()
+                       << " device ids but its axes hold " << product
+                       << " devices; expected one id per device";
+  llvm::DenseSet<int64_t> seen;
+  for (int64_t id : deviceIds) {
+    if (id < 0)
+      return emitError() << "device id " << id
+                         << " is negative; expected a non-negative id";
+    if (!seen.insert(id).second)
+      return emitError() << "device id " << id
+                         << " appears more than once; ids must be distinct";
+  }
+  return success();
+}
+
+int64_t MeshAttr::getNumDevices() const {
+  int64_t product = 1;
+  for (MeshAxisAttr axis : getAxes())
+    product *= axis.getSize();
+  return product;
+}
+
+MeshAxisAttr MeshAttr::getAxis(StringRef name) const {
+  for (MeshAxisAttr axis : getAxes())
+    if (axis.getName() == name)
+      return axis;
+  return {};
+}
+
+int64_t MeshAttr::getDeviceId(int64_t position) const {
+  ArrayRef<int64_t> ids = getDeviceIds();
+  return ids.empty() ? position : ids[position];
+}
+
+Attribute MeshAttr::parse(AsmParser &parser, Type) {
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<MeshAxisAttr> axes;
+  SmallVector<int64_t> deviceIds;
+  MLIRContext *context = parser.getContext();
+  if (parser.parseLess() || parseBracketList(parser, [&]() -> ParseResult {
+        std::string name;
+        int64_t size;
+        if (parser.parseString(&name) || parser.parseEqual() ||
+            parser.parseInteger(size))
+          return failure();
+        axes.push_back(MeshAxisAttr::get(context, name, size));
+        return success();
+      }))
+    return {};
+  if (succeeded(parser.parseOptionalComma())) {
+    SMLoc idsLoc = parser.getCurrentLocation();
+    if (parser.parseKeyword("device_ids") || parser.parseEqual() ||
+        parseBracketList(parser, [&]() -> ParseResult {
+          int64_t id;
+          if (parser.parseInteger(id))
+            return failure();
+          deviceIds.push_back(id);
+          return success();
+        }))
+      return {};
+    // An empty list would print as no list at all; reject it outright.
+    if (deviceIds.empty()) {
+      parser.emitError(idsLoc)
+          << "'device_ids=[]' lists no device; omit it for ids 0..N-1";
+      return {};
+    }
+  }
+  if (parser.parseGreater())
+    return {};
+  return parser.getChecked<MeshAttr>(loc, context, axes, deviceIds);
+}
+
+void MeshAttr::print(AsmPrinter &printer) const {
+  llvm::raw_ostream &os = printer.getStream();
+  os << "<[";
+  llvm::interleaveComma(getAxes(), os, [&](MeshAxisAttr axis) {
+    printQuoted(os, axis.getName());
+    os << "=" << axis.getSize();
+  });
+  os << "]";
+  if (!getDeviceIds().empty()) {
+    os << ", device_ids=[";
+    llvm::interleaveComma(getDeviceIds(), os);
+    os << "]";
+  }
+  os << ">";
+}
+
+//===----------------------------------------------------------------------===//
+// AxisRefAttr
+//===----------------------------------------------------------------------===//
+
+int64_t AxisRefAttr::getSizeIn(MeshAttr mesh) const {
+  if (isSubAxis())
+    return getSize();
+  MeshAxisAttr axis = mesh.getAxis(getName());
+  return axis ? axis.getSize() : 1;
+}
+
+void AxisRefAttr::print(llvm::raw_ostream &os) const {
+  printQuoted(os, getName());
+  if (isSubAxis())
+    os << ":(" << getPreSize() << ")" << getSize();
+}
+
+void AxisRefAttr::print(AsmPrinter &printer) const {
+  printer.getStream() << "<";
+  print(printer.getStream());
+  printer.getStream() << ">";
+}
+
+namespace {
+/// Parses `"x"` or `"x":(m)k` (without angle brackets).
+AxisRefAttr parseAxisRefBody(AsmParser &parser) {
+  std::string name;
+  if (parser.parseString(&name))
+    return {};
+  int64_t preSize = 0, size = 0;
+  if (succeeded(parser.parseOptionalColon())) {
+    SMLoc loc = parser.getCurrentLocation();
+    if (parser.parseLParen() || parser.parseInteger(preSize) ||
+        parser.parseRParen() || parser.parseInteger(size))
+      return {};
+    // Structural checks that need no mesh; division by the axis size is
+    // checked where the mesh is known.
+    if (preSize < 1 || size < 2) {
+      parser.emitError(loc) << "sub-axis \"" << name << "\":(" << preSize
+                            << ")" << size
+                            << " is invalid; expected a pre-size >= 1 and "
+                               "a size >= 2";
+      return {};
+    }
+  }
+  return AxisRefAttr::get(parser.getContext(), name, preSize, size);
+}
+} // namespace
+
+Attribute AxisRefAttr::parse(AsmParser &parser, Type) {
+  if (parser.parseLess())
+    return {};
+  AxisRefAttr result = parseAxisRefBody(parser);
+  if (!result || parser.parseGreater())
+    return {};
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// DimShardingAttr
+//===----------------------------------------------------------------------===//
+
+void DimShardingAttr::print(llvm::raw_ostream &os) const {
+  os << "{";
+  llvm::interleaveComma(getAxes(), os,
+                        [&](AxisRefAttr axis) { axis.print(os); });
+  if (!getIsClosed())
+    os << (getAxes().empty() ? "?" : ", ?");
+  os << "}";
+}
+
+void DimShardingAttr::print(AsmPrinter &printer) const {
+  printer.getStream() << "<";
+  print(printer.getStream());
+  printer.getStream() << ">";
+}
+
+namespace {
+/// Parses `{"a", "b"}`, `{"a", ?}`, `{?}` or `{}`.
+DimShardingAttr parseDimShardingBody(AsmParser &parser) {
+  if (parser.parseLBrace())
+    return {};
+  SmallVector<AxisRefAttr> axes;
+  bool isClosed = true;
+  if (succeeded(parser.parseOptionalRBrace()))
+    return DimShardingAttr::get(parser.getContext(), axes, isClosed);
+  while (true) {
+    SMLoc loc = parser.getCurrentLocation();
+    if (succeeded(parser.parseOptionalQuestion())) {
+      isClosed = false;
+      if (failed(parser.parseOptionalRBrace())) {
+        parser.emitError(loc)
+            << "'?' must be the last entry of a dimension sharding";
+        return {};
+      }
+      break;
+    }
+    AxisRefAttr axis = parseAxisRefBody(parser);
+    if (!axis)
+      return {};
+    axes.push_back(axis);
+    if (succeeded(parser.parseOptionalRBrace()))
+      break;
+    if (parser.parseComma())
+      return {};
+  }
+  return DimShardingAttr::get(parser.getContext(), axes, isClosed);
+}
+
+/// Parses `{"a", "b":(1)2}` (a set of axis refs).
+ParseResult parseAxisSet(AsmParser &parser, SmallVectorImpl<AxisRefAttr> &out) {
+  return parser.parseCommaSeparatedList(
+      AsmParser::Delimiter::Braces, [&]() -> ParseResult {
+        AxisRefAttr axis = parseAxisRefBody(parser);
+        if (!axis)
+          return failure();
+        out.push_back(axis);
+        return success();
+      });
+}
+
+void printAxisSet(llvm::raw_ostream &os, ArrayRef<AxisRefAttr> axes) {
+  os << "{";
+  llvm::interleaveComma(axes, os, [&](AxisRefAttr axis) { axis.print(os); });
+  os << "}";
+}
+} // namespace
+
+Attribute DimShardingAttr::parse(AsmParser &parser, Type) {
+  if (parser.parseLess())
+    return {};
+  DimShardingAttr result = parseDimShardingBody(parser);
+  if (!result || parser.parseGreater())
+    return {};
+  return result;
+}
+
+//===----------------------------------------------------------------------===//
+// ShardingAttr
+//===----------------------------------------------------------------------===//
+
+ShardingAttr ShardingAttr::getReplicated(MLIRContext *context,
+                                         FlatSymbolRefAttr meshName,
+                                         int64_t rank) {
+  SmallVector<DimShardingAttr> dims(
+      rank, DimShardingAttr::get(context, {}, /*isClosed=*/true));
+  return ShardingAttr::get(context, meshName, dims, {}, {});
+}
+
+ShardingAttr ShardingAttr::parseBody(AsmParser &parser) {
+  StringAttr meshName;
+  SmallVector<DimShardingAttr> dims;
+  SmallVector<AxisRefAttr> replicated, unreduced;
+  if (parser.parseSymbolName(meshName) || parser.parseComma() ||
+      parseBracketList(parser, [&]() -> ParseResult {
+        DimShardingAttr dim = parseDimShardingBody(parser);
+        if (!dim)
+          return failure();
+        dims.push_back(dim);
+        return success();
+      }))
+    return {};
+  bool seenReplicated = false, seenUnreduced = false;
+  while (succeeded(parser.parseOptionalComma())) {
+    SMLoc loc = parser.getCurrentLocation();
+    if (succeeded(parser.parseOptionalKeyword("replicated")) &&
+        !seenReplicated && !seenUnreduced) {
+      seenReplicated = true;
+      if (parser.parseEqual() || parseAxisSet(parser, replicated))
+        return {};
+      continue;
+    }
+    if (succeeded(parser.parseOptionalKeyword("unreduced")) && !seenUnreduced) {
+      seenUnreduced = true;
+      if (parser.parseEqual() || parseAxisSet(parser, unreduced))
+        return {};
+      continue;
+    }
+    parser.emitError(loc) << "expected 'replicated={...}' then "
+                             "'unreduced={...}', each at most once";
+    return {};
+  }
+  return ShardingAttr::get(parser.getContext(),
+                           FlatSymbolRefAttr::get(meshName), dims, replicated,
+                           unreduced);
+}
+
+Attribute ShardingAttr::parse(AsmParser &parser, Type) {
+  if (parser.parseLess())
+    return {};
+  ShardingAttr result = parseBody(parser);
+  if (!result || parser.parseGreater())
+    return {};
+  return result;
+}
+
+void ShardingAttr::printBody(AsmPrinter &printer) const {
+  llvm::raw_ostream &os = printer.getStream();
+  printer.printSymbolName(getMeshName().getValue());
+  os << ", [";
+  llvm::interleaveComma(getDims(), os,
+                        [&](DimShardingAttr dim) { dim.print(os); });
+  os << "]";
+  if (!getReplicated().empty()) {
+    os << ", replicated=";
+    printAxisSet(os, getReplicated());
+  }
+  if (!getUnreduced().empty()) {
+    os << ", unreduced=";
+    printAxisSet(os, getUnreduced());
+  }
+}
+
+void ShardingAttr::print(AsmPrinter &printer) const {
+  printer.getStream() << "<";
+  printBody(printer);
+  printer.getStream() << ">";
+}
+
+namespace {
+/// Where an axis reference appears, for diagnostics.
+struct AxisUse {
+  AxisRefAttr ref;
+  std::string where;
+  /// Factor range [lo, hi) in pre-size space of the axis.
+  int64_t lo, hi;
+};
+} // namespace
+
+LogicalResult
+ShardingAttr::verifyFor(function_ref<InFlightDiagnostic()> emitError,
+                        MeshAttr mesh, Type type) const {
+  auto tensorType = dyn_cast<RankedTensorType>(type);
+  if (!tensorType)
+    return emitError() << "sharding on a value of type " << type
+                       << "; expected a ranked tensor";
+  if (static_cast<int64_t>(getDims().size()) != tensorType.getRank())
+    return emitError() << "sharding has " << getDims().size()
+                       << " dimension shardings but the tensor type "
+                       << tensorType << " has rank " << tensorType.getRank();
+
+  SmallVector<AxisUse> uses;
+  auto check = [&](AxisRefAttr ref, std::string where) -> LogicalResult {
+    MeshAxisAttr axis = mesh.getAxis(ref.getName());
+    if (!axis) {
+      InFlightDiagnostic diag = emitError();
+      diag << "unknown axis \"" << ref.getName() << "\" in " << where
+           << "; mesh " << getMeshName() << " has axes ";
+      if (mesh.getAxes().empty())
+        diag << "none";
+      llvm::interleaveComma(mesh.getAxes(), diag, [&](MeshAxisAttr a) {
+        diag << "\"" << a.getName() << "\"";
+      });
+      return diag;
+    }
+    int64_t lo = 1, hi = axis.getSize();
+    if (ref.isSubAxis()) {
+      int64_t span;
+      if (mulOverflows(ref.getPreSize(), ref.getSize(), span) ||
+          axis.getSize() % span != 0) {
+        std::string text;
+        llvm::raw_string_ostream textOs(text);
+        ref.print(textOs);
+        return emitError() << "sub-axis " << text << " in " << where
+                    << " does not divide axis \"" << ref.getName()
+                    << "\" of size " << axis.getSize()
+                    << "; expected pre-size * size to divide the axis size";
+      }
+      if (span == axis.getSize() && ref.getPreSize() == 1) {
+        return emitError() << "sub-axis \"" << ref.getName() << "\":(1)"
+                           << ref.getSize() << " in " << where
+                           << " is the whole axis; write \"" << ref.getName()
+                           << "\"";
+      }
+      lo = ref.getPreSize();
+      hi = span;
+    }
+    for (const AxisUse &use : uses) {
+      if (use.ref.getName() != ref.getName() || !(lo < use.hi && use.lo < hi))
+        continue;
+      std::string first, second;
+      llvm::raw_string_ostream firstOs(first), secondOs(second);
+      use.ref.print(firstOs);
+      ref.print(secondOs);
+      return emitError() << "axis " << second << " in " << where
+                         << " overlaps " << first << " in " << use.where
+                         << "; each mesh axis may shard a value only once";
+    }
+    uses.push_back({ref, std::move(where), lo, hi});
+    return success();
+  };
+
+  for (auto [index, dim] : llvm::enumerate(getDims()))
+    for (AxisRefAttr ref : dim.getAxes())
+      if (failed(check(ref, "dimension " + std::to_string(index))))
+        return failure();
+  for (AxisRefAttr ref : getReplicated())
+    if (failed(check(ref, "replicated")))
+      return failure();
+  for (AxisRefAttr ref : getUnreduced())
+    if (failed(check(ref, "unreduced")))
+      return failure();
+  return success();
+}

@@ -1,0 +1,27 @@
+# -*- Python -*-
+# lit configuration for Polymesh's FileCheck tests.
+
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "Polymesh"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir"]
+config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.polymesh_obj_root, "test")
+
+# Every FileCheck run scopes its variables to CHECK-LABEL blocks.
+config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
+
+config.substitutions.append(("%PATH%", config.environment["PATH"]))
+config.substitutions.append(("%polymesh_src_root", config.polymesh_src_root))
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+
+tool_dirs = [config.polymesh_tools_dir, config.llvm_tools_dir]
+tools = ["polymesh-opt", "FileCheck", "not", "count", "split-file"]
+llvm_config.add_tool_substitutions(tools, tool_dirs)
