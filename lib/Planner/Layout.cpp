@@ -136,6 +136,11 @@ int64_t AxisRef::coordinate(const Mesh &mesh,
 bool AxisRef::overlaps(const AxisRef &other) const {
   if (axis != other.axis)
     return false;
+  // A size-1 reference has an empty factor range, so the range test below
+  // would let a size-1 axis be listed twice; the same reference twice is
+  // always a reuse.
+  if (*this == other)
+    return true;
   // Factor ranges in "pre-size" space: [preSize, preSize*size).
   int64_t lo1 = preSize, hi1 = preSize * size;
   int64_t lo2 = other.preSize, hi2 = other.preSize * other.size;
@@ -169,6 +174,19 @@ absl::Status validateRef(const Mesh &mesh, const AxisRef &ref) {
         " does not divide axis \"", axis.name, "\" of size ", axis.size));
   return absl::OkStatus();
 }
+
+/// Two disjoint (sub-)axes of one axis can coexist only if they belong to one
+/// factorization of it: the gap between them, [min next pre-size, max
+/// pre-size), must itself be a factor. "x":(1)2 and "x":(3)2 of "x"=12 do not
+/// (2 does not divide 3): no mesh factor would be left for the remaining
+/// coordinates, and the tiles would not cover the tensor uniformly.
+bool canCoexist(const AxisRef &a, const AxisRef &b) {
+  if (a.axis != b.axis)
+    return true;
+  int64_t maxPreSize = std::max(a.preSize, b.preSize);
+  int64_t minNextPreSize = std::min(a.preSize * a.size, b.preSize * b.size);
+  return maxPreSize % minNextPreSize == 0;
+}
 } // namespace
 
 absl::Status Sharding::validate(const Mesh &mesh) const {
@@ -184,11 +202,16 @@ absl::Status Sharding::validate(const Mesh &mesh) const {
     if (absl::Status status = validateRef(mesh, *ref); !status.ok())
       return status;
   for (size_t i = 0; i < all.size(); ++i)
-    for (size_t j = i + 1; j < all.size(); ++j)
+    for (size_t j = i + 1; j < all.size(); ++j) {
       if (all[i]->overlaps(*all[j]))
         return absl::InvalidArgumentError(
             absl::StrCat("axis \"", mesh.axes[all[i]->axis].name,
                          "\" is used more than once in the sharding"));
+      if (!canCoexist(*all[i], *all[j]))
+        return absl::InvalidArgumentError(
+            absl::StrCat("sub-axes of axis \"", mesh.axes[all[i]->axis].name,
+                         "\" do not belong to one factorization of it"));
+    }
   return absl::OkStatus();
 }
 
@@ -255,8 +278,9 @@ int64_t TensorLayout::numShards(size_t dim) const {
 }
 
 int64_t TensorLayout::tileExtent(size_t dim) const {
-  int64_t k = numShards(dim);
-  return (shape_[dim] + k - 1) / k;
+  // Not (d + k - 1) / k, which overflows for extents near INT64_MAX.
+  int64_t d = shape_[dim], k = numShards(dim);
+  return d / k + (d % k != 0);
 }
 
 std::vector<int64_t> TensorLayout::localShape() const {
@@ -278,17 +302,24 @@ std::vector<int64_t> TensorLayout::shardIndex(int64_t position) const {
   return index;
 }
 
+namespace {
+/// min(i * t, extent) without overflow: i * t can exceed INT64_MAX when the
+/// extent is close to it (i <= numShards, t = ceil(extent / numShards)).
+int64_t tileStart(int64_t i, int64_t t, int64_t extent) {
+  if (t == 0 || i > extent / t)
+    return extent;
+  return std::min(i * t, extent);
+}
+} // namespace
+
 Box TensorLayout::boxAtPosition(int64_t position) const {
   std::vector<int64_t> index = shardIndex(position);
   Box box;
   box.lo.resize(shape_.size());
   box.hi.resize(shape_.size());
   for (size_t d = 0; d < shape_.size(); ++d) {
-    int64_t t = tileExtent(d);
-    // t * index can exceed the extent for trailing empty tiles; both are
-    // bounded by shape * numShards, which fits since numShards <= devices.
-    box.lo[d] = std::min(index[d] * t, shape_[d]);
-    box.hi[d] = std::min((index[d] + 1) * t, shape_[d]);
+    box.lo[d] = tileStart(index[d], tileExtent(d), shape_[d]);
+    box.hi[d] = tileStart(index[d] + 1, tileExtent(d), shape_[d]);
   }
   return box;
 }
@@ -385,6 +416,8 @@ std::vector<std::vector<int64_t>> TensorLayout::reductionGroups() const {
 std::vector<int64_t>
 TensorLayout::devicesHolding(const std::vector<int64_t> &index) const {
   std::vector<int64_t> result;
+  if (index.size() != shape_.size())
+    return result;
   for (size_t d = 0; d < shape_.size(); ++d)
     if (index[d] < 0 || index[d] >= shape_[d])
       return result;

@@ -110,8 +110,9 @@ struct Sharding {
   /// Fully replicated sharding of the given rank.
   static Sharding replicatedOfRank(size_t rank);
   /// Checks that every reference is a valid (sub-)axis of `mesh` (the
-  /// sub-axis divides its axis) and that no factor of any axis is used twice
-  /// across dims, replicated and unreduced.
+  /// sub-axis divides its axis), that no factor of any axis is used twice
+  /// across dims, replicated and unreduced, and that the sub-axes of one axis
+  /// belong to one factorization of it (as Shardy's "can coexist" rule).
   absl::Status validate(const Mesh &mesh) const;
 
   bool operator==(const Sharding &other) const {
@@ -172,7 +173,8 @@ public:
   /// on every dim and same coordinate on every replicating (non-dim,
   /// non-unreduced) axis. Singletons when nothing is unreduced.
   std::vector<std::vector<int64_t>> reductionGroups() const;
-  /// Sorted device ids whose box contains `index`.
+  /// Sorted device ids whose box contains `index`; empty when `index` has
+  /// the wrong rank or lies outside the tensor.
   std::vector<int64_t> devicesHolding(const std::vector<int64_t> &index) const;
 
   /// True when both layouts place the same box on the same device ids, with
