@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+#include "polymesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/ShardingInterfaceImpl.h"
@@ -40,6 +41,8 @@ int main(int argc, char **argv) {
   mlir::linalg::registerShardingInterfaceExternalModels(registry);
   mlir::tensor::registerShardingInterfaceExternalModels(registry);
   mlir::tosa::registerShardingInterfaceExternalModels(registry);
+
+  polymesh::registerPolymeshPasses();
 
   return mlir::asMainReturnCode(mlir::MlirOptMain(
       argc, argv, "Polymesh optimizer driver\n", registry));

@@ -1,0 +1,61 @@
+//===- Passes.td - Polymesh passes -------------------------*- tablegen -*-===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_TRANSFORMS_PASSES_TD
+#define POLYMESH_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
+  let summary = "Gives every tensor value and function result a sharding, "
+                "keeping each leaf's mesh";
+  let description = [{
+    Resolves a sharding for every tensor value of every function, and for
+    every function result (every *leaf* of the caller's pytree), over any
+    number of meshes. Decisions follow a fixed priority:
+
+    1. **Annotations.** Function argument and result shardings,
+       `polymesh.sharding_constraint`, `polymesh.reshard` and
+       `polymesh.sharding` attributes on ops are kept exactly.
+    2. **Propagation through ops**, forward and backward, in rounds over the
+       function in program order until nothing changes. Each op is described
+       by factors: the loops of upstream's `ShardingInterface` (indexing maps
+       and iterator types: linalg, tosa), identity factors for elementwise
+       ops, one factor per expanded dimension for `tensor.expand_shape` /
+       `tensor.collapse_shape` (an axis is split into sub-axes where it must
+       straddle two dimensions). A value that nothing placed yet takes the
+       sharding the op's other values imply.
+    3. **Conflicts.** When the values of one op live on different meshes, or
+       on incompatible shardings of one mesh, the op is placed where the
+       fewest bytes must move (the per-device lower bound of every reshard it
+       needs), ties broken by the more sharded placement and then by the
+       placement's text, never by operand or result position. Explicit
+       `polymesh.reshard` ops are inserted for every operand (or annotated
+       result) that must move.
+    4. **Ambient mesh.** Values that nothing places are replicated on
+       `polymesh.ambient_mesh` (of the function, else of the module). A value
+       placed on a mesh, such as a single device, is never moved there.
+    5. **Errors.** Without an ambient mesh, an unplaced leaf is an error that
+       names its index and `polymesh.leaf` path.
+
+    Afterwards every op with tensor results carries `polymesh.sharding` (one
+    sharding, or an array with one per result), every function argument and
+    result carries `polymesh.sharding`, and wherever a returned value's
+    sharding differs from the declared result sharding (other than by being
+    device-equivalent) a `polymesh.reshard` is inserted before the return.
+    A result without a declared sharding takes its value's sharding, on its
+    value's mesh; partial sums (`unreduced`) are reduced before they leave a
+    function unless the result declares them. A reduction over a sharded
+    dimension yields `unreduced` axes (sum reductions only).
+
+    Ops that no rule describes are computed replicated on the placement
+    chosen for them, with explicit reshards and a warning; they are never
+    given a silently wrong sharding.
+  }];
+  let dependentDialects = ["::polymesh::PolymeshDialect"];
+}
+
+#endif // POLYMESH_TRANSFORMS_PASSES_TD

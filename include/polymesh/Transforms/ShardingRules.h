@@ -1,0 +1,77 @@
+//===- ShardingRules.h - Factor-based sharding rules of ops -----*- C++ -*-===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// An op's sharding rule describes its iteration space as *factors*: each
+// tensor dimension of each operand and result maps to a list of factors,
+// major to minor. A factor that appears in several values must be sharded
+// the same way in all of them; a reduction factor that only the operands
+// have makes the results partial sums when it is sharded. The model follows
+// Shardy's OpShardingRule; the factors come from upstream's ShardingInterface
+// (indexing maps and iterator types) wherever an op implements it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_TRANSFORMS_SHARDINGRULES_H
+#define POLYMESH_TRANSFORMS_SHARDINGRULES_H
+
+#include "polymesh/Dialect/Polymesh/PolymeshAttrs.h"
+
+#include "mlir/IR/Operation.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <optional>
+
+namespace polymesh {
+
+struct FactorRule {
+  enum class Kind { Parallel, SumReduction, OtherReduction };
+
+  /// Size of each factor; 0 when unknown (only single-factor dims may have
+  /// unknown sizes, where the tile rule matches on both sides anyway).
+  llvm::SmallVector<int64_t> factorSizes;
+  llvm::SmallVector<Kind> factorKinds;
+  /// For each tensor operand, then each tensor result, in order: for each
+  /// dimension, its factors major to minor. A dimension with no factor can
+  /// only be replicated.
+  llvm::SmallVector<llvm::SmallVector<llvm::SmallVector<unsigned>>> values;
+  /// The op's tensor operands followed by its tensor results.
+  llvm::SmallVector<mlir::Value> tensorValues;
+  unsigned numOperands = 0;
+
+  unsigned numFactors() const { return factorSizes.size(); }
+};
+
+/// The rule of `op`, or nullopt when no rule describes it.
+std::optional<FactorRule> getFactorRule(mlir::Operation *op);
+
+/// Factor axes of one placement of an op on one mesh.
+using FactorAxes = llvm::SmallVector<llvm::SmallVector<AxisRefAttr>>;
+
+/// Spreads a value's dimension shardings over the rule's factors (splitting
+/// axes into sub-axes where a factor is smaller than an axis). Returns the
+/// axes proposed for each factor; axes that cannot be placed are dropped.
+FactorAxes proposeFactorAxes(const FactorRule &rule, unsigned valueIndex,
+                             ShardingAttr sharding, MeshAttr mesh);
+
+/// Removes factor assignments that cannot be expressed: an axis used by two
+/// factors, sharded non-sum reductions, and minor factors of a dimension
+/// whose more-major factors are not fully sharded.
+void legalizeFactorAxes(const FactorRule &rule, FactorAxes &axes,
+                        MeshAttr mesh);
+
+/// The sharding of value `valueIndex` implied by a placement.
+ShardingAttr deriveSharding(const FactorRule &rule, unsigned valueIndex,
+                            const FactorAxes &axes,
+                            mlir::FlatSymbolRefAttr meshName, MeshAttr mesh);
+
+/// True when two shardings place data identically by construction: same
+/// mesh, same dimension axes, same unreduced axes (open flags and
+/// `replicated` do not move data).
+bool isSameLayout(ShardingAttr a, ShardingAttr b);
+
+} // namespace polymesh
+
+#endif // POLYMESH_TRANSFORMS_SHARDINGRULES_H

@@ -1,0 +1,680 @@
+//===- Propagate.cpp - Multi-mesh sharding propagation --------------------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// Gives every tensor value and function result a sharding while keeping the
+// mesh each value was placed on. See the pass description in Passes.td and
+// docs/propagation.md for the rules; the comments here say why.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Dialect/Polymesh/PlannerConversion.h"
+#include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Transforms/Passes.h"
+#include "polymesh/Transforms/ShardingRules.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <limits>
+
+namespace polymesh {
+#define GEN_PASS_DEF_POLYMESHPROPAGATE
+#include "polymesh/Transforms/Passes.h.inc"
+} // namespace polymesh
+
+using namespace mlir;
+using namespace polymesh;
+
+namespace {
+
+std::string toText(Attribute attr) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  attr.print(os);
+  return text;
+}
+
+int64_t elementBytes(Type type) {
+  Type element = cast<ShapedType>(type).getElementType();
+  if (element.isIntOrFloat())
+    return std::max<int64_t>(1, (element.getIntOrFloatBitWidth() + 7) / 8);
+  return 8;
+}
+
+/// A sharding with its unreduced axes dropped: what a value becomes once
+/// its partial sums are reduced.
+ShardingAttr withoutUnreduced(ShardingAttr sharding) {
+  return ShardingAttr::get(sharding.getContext(), sharding.getMeshName(),
+                           sharding.getDims(), sharding.getReplicated(), {});
+}
+
+/// One way to place an op: a mesh and the axes of every factor.
+struct Placement {
+  FlatSymbolRefAttr meshName;
+  MeshAttr mesh;
+  FactorAxes axes;
+  SmallVector<ShardingAttr> derived;
+  int64_t cost = 0;
+  int64_t shards = 1;
+  std::string text;
+};
+
+class FunctionPropagator {
+public:
+  FunctionPropagator(FunctionOpInterface function, ModuleOp module,
+                     SymbolTableCollection &symbols)
+      : function(function), module(module), symbols(symbols) {}
+
+  LogicalResult run();
+
+private:
+  MeshAttr getMesh(FlatSymbolRefAttr name) {
+    auto it = meshes.find(name.getAttr());
+    if (it != meshes.end())
+      return it->second;
+    MeshAttr mesh = lookupMesh(symbols, module, name);
+    meshes[name.getAttr()] = mesh;
+    return mesh;
+  }
+
+  bool isTracked(Value value) const {
+    return isa<RankedTensorType>(value.getType());
+  }
+  ShardingAttr lookup(Value value) const { return known.lookup(value); }
+  bool assign(Value value, ShardingAttr sharding) {
+    auto [it, inserted] = known.try_emplace(value, sharding);
+    return inserted;
+  }
+
+  const std::optional<FactorRule> &ruleOf(Operation *op) {
+    auto it = rules.find(op);
+    if (it == rules.end())
+      it = rules.try_emplace(op, getFactorRule(op)).first;
+    return it->second;
+  }
+
+  void seed();
+  bool propagateOnce(Operation *op);
+  bool resolve(Operation *op);
+  bool resolveWithoutRule(Operation *op);
+  bool applyAmbient(bool &failedOut);
+  LogicalResult finalize();
+
+  std::optional<Placement> makePlacement(const FactorRule &rule,
+                                         FlatSymbolRefAttr meshName,
+                                         FactorAxes axes);
+  int64_t moveCost(ShardingAttr from, ShardingAttr to, Type type);
+  bool isDeviceEquivalent(ShardingAttr a, ShardingAttr b, Type type);
+  Value insertReshardBefore(Operation *user, Value value,
+                            ShardingAttr sharding);
+  void insertReshardAfter(Value result, ShardingAttr sharding);
+
+  SmallVector<Operation *> bodyOps() {
+    SmallVector<Operation *> ops;
+    for (Block &block : function.getFunctionBody())
+      for (Operation &op : block)
+        ops.push_back(&op);
+    return ops;
+  }
+
+  FunctionOpInterface function;
+  ModuleOp module;
+  SymbolTableCollection &symbols;
+  llvm::DenseMap<Attribute, MeshAttr> meshes;
+  llvm::DenseMap<Value, ShardingAttr> known;
+  llvm::DenseMap<Operation *, std::optional<FactorRule>> rules;
+  llvm::SmallPtrSet<Operation *, 4> warned;
+};
+
+void FunctionPropagator::seed() {
+  for (auto [index, arg] : llvm::enumerate(function.getArguments()))
+    if (auto sharding = function.getArgAttrOfType<ShardingAttr>(
+            index, PolymeshDialect::kShardingAttrName))
+      assign(arg, sharding);
+  Operation *terminator = nullptr;
+  for (Operation *op : bodyOps()) {
+    if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
+      assign(constraint.getResult(), constraint.getSharding());
+      continue;
+    }
+    if (auto reshard = dyn_cast<ReshardOp>(op)) {
+      assign(reshard.getResult(), reshard.getSharding());
+      continue;
+    }
+    if (op->hasTrait<OpTrait::IsTerminator>())
+      terminator = op;
+    Attribute attr = op->getAttr(PolymeshDialect::kShardingAttrName);
+    if (auto sharding = dyn_cast_or_null<ShardingAttr>(attr)) {
+      assign(op->getResult(0), sharding);
+    } else if (auto list = dyn_cast_or_null<ArrayAttr>(attr)) {
+      for (auto [result, element] : llvm::zip(op->getResults(), list))
+        assign(result, cast<ShardingAttr>(element));
+    }
+  }
+  if (!terminator)
+    return;
+  // A declared result sharding places the returned value when nothing else
+  // does. A value returned under several declarations takes the smallest by
+  // text, so that the order of the results never matters.
+  llvm::MapVector<Value, std::pair<std::string, ShardingAttr>> declared;
+  for (auto [index, operand] : llvm::enumerate(terminator->getOperands())) {
+    auto sharding = function.getResultAttrOfType<ShardingAttr>(
+        index, PolymeshDialect::kShardingAttrName);
+    if (!sharding || known.count(operand))
+      continue;
+    std::string text = toText(sharding);
+    auto [it, inserted] = declared.try_emplace(operand, text, sharding);
+    if (!inserted && text < it->second.first)
+      it->second = {text, sharding};
+  }
+  for (auto &entry : declared)
+    assign(entry.first, entry.second.second);
+}
+
+std::optional<Placement>
+FunctionPropagator::makePlacement(const FactorRule &rule,
+                                  FlatSymbolRefAttr meshName,
+                                  FactorAxes axes) {
+  MeshAttr mesh = getMesh(meshName);
+  if (!mesh)
+    return std::nullopt;
+  legalizeFactorAxes(rule, axes, mesh);
+  Placement placement;
+  placement.meshName = meshName;
+  placement.mesh = mesh;
+  for (unsigned i = 0, e = rule.values.size(); i < e; ++i)
+    placement.derived.push_back(
+        deriveSharding(rule, i, axes, meshName, mesh));
+  for (const auto &factorAxes : axes)
+    for (AxisRefAttr axis : factorAxes)
+      placement.shards *= axis.getSizeIn(mesh);
+  placement.axes = std::move(axes);
+  return placement;
+}
+
+/// Proposals of every known value, merged per mesh when they agree, plus
+/// each known value's own proposal: the candidate placements of an op.
+static void mergeInto(FactorAxes &into, const FactorAxes &from, bool &clash) {
+  for (auto [target, source] : llvm::zip(into, from)) {
+    if (source.empty())
+      continue;
+    if (target.empty())
+      target = source;
+    else if (target != source)
+      clash = true;
+  }
+}
+
+/// Bytes that must reach devices when a value moves from `from` to `to`:
+/// per destination device, its tile minus what it already holds. Partial
+/// sums count their whole tile (they must be reduced).
+int64_t FunctionPropagator::moveCost(ShardingAttr from, ShardingAttr to,
+                                     Type type) {
+  if (isSameLayout(from, to))
+    return 0;
+  auto tensorType = cast<RankedTensorType>(type);
+  SmallVector<int64_t> shape;
+  for (int64_t extent : tensorType.getShape())
+    shape.push_back(ShapedType::isDynamic(extent) ? 1 : extent);
+  auto staticType = RankedTensorType::get(shape, tensorType.getElementType());
+  auto silent = [&]() {
+    return InFlightDiagnostic();
+  };
+  MeshAttr fromMesh = getMesh(from.getMeshName());
+  MeshAttr toMesh = getMesh(to.getMeshName());
+  FailureOr<planner::TensorLayout> source =
+      toTensorLayout(silent, from, fromMesh, staticType);
+  FailureOr<planner::TensorLayout> destination =
+      toTensorLayout(silent, to, toMesh, staticType);
+  if (failed(source) || failed(destination))
+    return std::numeric_limits<int32_t>::max();
+  llvm::DenseMap<int64_t, int64_t> sourcePosition;
+  for (int64_t p = 0, e = source->numDevices(); p < e; ++p)
+    sourcePosition[source->mesh().deviceAt(p)] = p;
+  bool reduces = !from.getUnreduced().empty() &&
+                 !isSameLayout(withoutUnreduced(from), from);
+  int64_t elements = 0;
+  for (int64_t p = 0, e = destination->numDevices(); p < e; ++p) {
+    planner::Box box = destination->boxAtPosition(p);
+    int64_t need = box.numElements();
+    auto it = sourcePosition.find(destination->mesh().deviceAt(p));
+    if (it != sourcePosition.end() && !reduces)
+      need -= box.intersect(source->boxAtPosition(it->second)).numElements();
+    elements += need;
+  }
+  return elements * elementBytes(type);
+}
+
+bool FunctionPropagator::isDeviceEquivalent(ShardingAttr a, ShardingAttr b,
+                                            Type type) {
+  if (isSameLayout(a, b))
+    return true;
+  auto tensorType = cast<RankedTensorType>(type);
+  if (!tensorType.hasStaticShape())
+    return false;
+  auto silent = [&]() { return InFlightDiagnostic(); };
+  FailureOr<planner::TensorLayout> first =
+      toTensorLayout(silent, a, getMesh(a.getMeshName()), tensorType);
+  FailureOr<planner::TensorLayout> second =
+      toTensorLayout(silent, b, getMesh(b.getMeshName()), tensorType);
+  return succeeded(first) && succeeded(second) &&
+         first->isDeviceEquivalent(*second);
+}
+
+Value FunctionPropagator::insertReshardBefore(Operation *user, Value value,
+                                              ShardingAttr sharding) {
+  OpBuilder builder(user);
+  auto reshard = ReshardOp::create(builder, user->getLoc(), value.getType(),
+                                   value, sharding);
+  assign(reshard.getResult(), sharding);
+  return reshard.getResult();
+}
+
+void FunctionPropagator::insertReshardAfter(Value result,
+                                            ShardingAttr sharding) {
+  OpBuilder builder(result.getContext());
+  builder.setInsertionPointAfterValue(result);
+  auto reshard = ReshardOp::create(builder, result.getLoc(), result.getType(),
+                                   result, sharding);
+  result.replaceAllUsesExcept(reshard.getResult(), reshard);
+  assign(reshard.getResult(), sharding);
+}
+
+/// Forward and backward step at one op: values that nothing placed yet take
+/// the sharding that the op's placed values agree on. Ops whose placed
+/// values disagree are left to `resolve`.
+bool FunctionPropagator::propagateOnce(Operation *op) {
+  if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
+    // Backward through a constraint: its operand is computed directly in
+    // the constrained sharding when nothing else placed it.
+    return assign(constraint.getInput(), constraint.getSharding());
+  }
+  if (isa<ReshardOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
+    return false;
+  const std::optional<FactorRule> &rule = ruleOf(op);
+  if (!rule)
+    return false;
+  FlatSymbolRefAttr meshName;
+  FactorAxes merged(rule->numFactors());
+  bool hasUnknown = false, clash = false;
+  for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
+    ShardingAttr sharding = lookup(value);
+    if (!sharding) {
+      hasUnknown = true;
+      continue;
+    }
+    if (meshName && meshName != sharding.getMeshName())
+      return false;
+    meshName = sharding.getMeshName();
+    MeshAttr mesh = getMesh(meshName);
+    if (!mesh)
+      return false;
+    mergeInto(merged,
+              proposeFactorAxes(*rule, index, sharding, mesh), clash);
+  }
+  if (!hasUnknown || !meshName || clash)
+    return false;
+  std::optional<Placement> placement =
+      makePlacement(*rule, meshName, std::move(merged));
+  if (!placement)
+    return false;
+  bool changed = false;
+  for (auto [index, value] : llvm::enumerate(rule->tensorValues))
+    changed |= assign(value, placement->derived[index]);
+  return changed;
+}
+
+/// Places an op whose values disagree: every candidate placement is priced
+/// by the bytes its reshards move; the cheapest wins, then the more sharded,
+/// then the one whose text sorts first. Nothing depends on value positions.
+bool FunctionPropagator::resolve(Operation *op) {
+  if (isa<ShardingConstraintOp, ReshardOp>(op) ||
+      op->hasTrait<OpTrait::IsTerminator>())
+    return false;
+  const std::optional<FactorRule> &rule = ruleOf(op);
+  if (!rule)
+    return resolveWithoutRule(op);
+
+  SmallVector<std::pair<FlatSymbolRefAttr, FactorAxes>> candidates;
+  llvm::MapVector<Attribute, std::pair<FactorAxes, bool>> perMesh;
+  bool anyKnown = false;
+  for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
+    ShardingAttr sharding = lookup(value);
+    if (!sharding)
+      continue;
+    anyKnown = true;
+    MeshAttr mesh = getMesh(sharding.getMeshName());
+    if (!mesh)
+      return false;
+    FactorAxes proposal = proposeFactorAxes(*rule, index, sharding, mesh);
+    auto &[merged, clash] =
+        perMesh
+            .try_emplace(sharding.getMeshName().getAttr(),
+                         FactorAxes(rule->numFactors()), false)
+            .first->second;
+    mergeInto(merged, proposal, clash);
+    candidates.push_back({sharding.getMeshName(), std::move(proposal)});
+  }
+  if (!anyKnown)
+    return false;
+  for (auto &[meshAttr, entry] : perMesh)
+    if (!entry.second)
+      candidates.push_back(
+          {FlatSymbolRefAttr::get(cast<StringAttr>(meshAttr)), entry.first});
+
+  std::optional<Placement> best;
+  for (auto &[meshName, axes] : candidates) {
+    std::optional<Placement> placement =
+        makePlacement(*rule, meshName, axes);
+    if (!placement)
+      continue;
+    bool consistent = true;
+    for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
+      ShardingAttr sharding = lookup(value);
+      if (!sharding || isSameLayout(sharding, placement->derived[index]))
+        continue;
+      consistent = false;
+      placement->cost +=
+          moveCost(sharding, placement->derived[index], value.getType());
+    }
+    if (consistent) {
+      // The op is already placed: only fill in what is missing.
+      bool changed = false;
+      for (auto [index, value] : llvm::enumerate(rule->tensorValues))
+        changed |= assign(value, placement->derived[index]);
+      return changed;
+    }
+    placement->text = placement->meshName.getValue().str();
+    for (ShardingAttr derived : placement->derived)
+      placement->text += toText(derived);
+    auto better = [](const Placement &a, const Placement &b) {
+      if (a.cost != b.cost)
+        return a.cost < b.cost;
+      if (a.shards != b.shards)
+        return a.shards > b.shards;
+      return a.text < b.text;
+    };
+    if (!best || better(*placement, *best))
+      best = std::move(placement);
+  }
+  if (!best)
+    return false;
+
+  // Operands move to the placement; annotated results keep their sharding
+  // through a reshard after the op.
+  llvm::SmallDenseMap<std::pair<Value, Attribute>, Value> moved;
+  for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
+    ShardingAttr target = best->derived[index];
+    ShardingAttr current = lookup(value);
+    if (!current) {
+      assign(value, target);
+      continue;
+    }
+    if (isSameLayout(current, target))
+      continue;
+    if (index < rule->numOperands) {
+      Value &replacement = moved[{value, target}];
+      if (!replacement)
+        replacement = insertReshardBefore(op, value, target);
+      for (OpOperand &operand : op->getOpOperands())
+        if (operand.get() == value)
+          operand.set(replacement);
+      continue;
+    }
+    known[value] = target;
+    insertReshardAfter(value, current);
+  }
+  return true;
+}
+
+/// Ops that no rule describes run replicated on one mesh: the one that
+/// moves the fewest bytes, then the one whose name sorts first.
+bool FunctionPropagator::resolveWithoutRule(Operation *op) {
+  SmallVector<Value> values;
+  for (Value value : op->getOperands())
+    if (isTracked(value))
+      values.push_back(value);
+  unsigned numOperands = values.size();
+  for (Value value : op->getResults())
+    if (isTracked(value))
+      values.push_back(value);
+  if (values.empty())
+    return false;
+
+  std::optional<std::pair<int64_t, std::string>> best;
+  for (Value value : values) {
+    ShardingAttr sharding = lookup(value);
+    if (!sharding)
+      continue;
+    FlatSymbolRefAttr meshName = sharding.getMeshName();
+    int64_t cost = 0;
+    bool settled = true;
+    for (Value other : values) {
+      ShardingAttr current = lookup(other);
+      ShardingAttr target = ShardingAttr::getReplicated(
+          op->getContext(), meshName,
+          cast<RankedTensorType>(other.getType()).getRank());
+      if (!current || !isSameLayout(current, target))
+        settled = false;
+      if (current)
+        cost += moveCost(current, target, other.getType());
+    }
+    if (settled)
+      return false;
+    std::pair<int64_t, std::string> candidate{cost,
+                                             meshName.getValue().str()};
+    if (!best || candidate < *best)
+      best = candidate;
+  }
+  if (!best)
+    return false;
+  auto meshName = FlatSymbolRefAttr::get(op->getContext(), best->second);
+  if (warned.insert(op).second)
+    op->emitWarning() << "no sharding rule for '" << op->getName()
+                      << "'; computing it replicated on " << meshName;
+  for (auto [index, value] : llvm::enumerate(values)) {
+    ShardingAttr target = ShardingAttr::getReplicated(
+        op->getContext(), meshName,
+        cast<RankedTensorType>(value.getType()).getRank());
+    ShardingAttr current = lookup(value);
+    if (!current) {
+      assign(value, target);
+      continue;
+    }
+    if (isSameLayout(current, target))
+      continue;
+    if (index < numOperands) {
+      Value replacement = insertReshardBefore(op, value, target);
+      for (OpOperand &operand : op->getOpOperands())
+        if (operand.get() == value)
+          operand.set(replacement);
+      continue;
+    }
+    known[value] = target;
+    insertReshardAfter(value, current);
+  }
+  return true;
+}
+
+/// Values that nothing placed are replicated on the ambient mesh. Without
+/// one, every such leaf is an error naming it.
+bool FunctionPropagator::applyAmbient(bool &failedOut) {
+  SmallVector<Value> unplaced;
+  for (BlockArgument arg : function.getArguments())
+    if (isTracked(arg) && !lookup(arg))
+      unplaced.push_back(arg);
+  for (Operation *op : bodyOps())
+    for (Value result : op->getResults())
+      if (isTracked(result) && !lookup(result))
+        unplaced.push_back(result);
+  if (unplaced.empty())
+    return false;
+
+  auto ambient = function->getAttrOfType<FlatSymbolRefAttr>(
+      PolymeshDialect::kAmbientMeshAttrName);
+  if (!ambient)
+    ambient = module->getAttrOfType<FlatSymbolRefAttr>(
+        PolymeshDialect::kAmbientMeshAttrName);
+  if (ambient && getMesh(ambient)) {
+    for (Value value : unplaced)
+      assign(value, ShardingAttr::getReplicated(
+                        value.getContext(), ambient,
+                        cast<RankedTensorType>(value.getType()).getRank()));
+    return true;
+  }
+
+  failedOut = true;
+  llvm::SmallPtrSet<Value, 8> unplacedSet(unplaced.begin(), unplaced.end());
+  Operation *terminator = nullptr;
+  for (Operation *op : bodyOps())
+    if (op->hasTrait<OpTrait::IsTerminator>())
+      terminator = op;
+  bool reported = false;
+  if (terminator) {
+    for (auto [index, operand] : llvm::enumerate(terminator->getOperands())) {
+      if (!unplacedSet.contains(operand))
+        continue;
+      InFlightDiagnostic diag = function->emitError()
+                                << "result #" << index;
+      if (auto leaf = function.getResultAttrOfType<StringAttr>(
+              index, PolymeshDialect::kLeafAttrName))
+        diag << " (leaf \"" << leaf.getValue() << "\")";
+      diag << " is not placed: nothing annotates it or the values it is "
+              "computed from, and there is no 'polymesh.ambient_mesh' to "
+              "default to";
+      reported = true;
+    }
+  }
+  if (!reported) {
+    Value value = unplaced.front();
+    emitError(value.getLoc())
+        << "value is not placed: nothing annotates it or the values it is "
+           "computed with, and there is no 'polymesh.ambient_mesh' to "
+           "default to";
+  }
+  return false;
+}
+
+LogicalResult FunctionPropagator::finalize() {
+  MLIRContext *context = function.getContext();
+  Operation *terminator = nullptr;
+  for (Operation *op : bodyOps()) {
+    if (op->hasTrait<OpTrait::IsTerminator>()) {
+      terminator = op;
+      continue;
+    }
+    if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
+      // A constraint on a value placed elsewhere moves it explicitly.
+      Value input = constraint.getInput();
+      ShardingAttr current = lookup(input);
+      if (current &&
+          !isDeviceEquivalent(current, constraint.getSharding(),
+                              input.getType()))
+        constraint.getInputMutable().assign(insertReshardBefore(
+            constraint, input, constraint.getSharding()));
+      continue;
+    }
+    if (isa<ReshardOp>(op))
+      continue;
+    SmallVector<Attribute> shardings;
+    for (Value result : op->getResults()) {
+      if (!isTracked(result))
+        continue;
+      shardings.push_back(lookup(result));
+    }
+    if (shardings.empty())
+      continue;
+    if (shardings.size() != op->getNumResults())
+      return op->emitError()
+             << "cannot record shardings: the op mixes tensor and "
+                "non-tensor results";
+    if (shardings.size() == 1)
+      op->setAttr(PolymeshDialect::kShardingAttrName, shardings.front());
+    else
+      op->setAttr(PolymeshDialect::kShardingAttrName,
+                  ArrayAttr::get(context, shardings));
+  }
+  for (auto [index, arg] : llvm::enumerate(function.getArguments()))
+    if (ShardingAttr sharding = lookup(arg))
+      function.setArgAttr(index, PolymeshDialect::kShardingAttrName,
+                          sharding);
+  if (!terminator)
+    return success();
+  for (OpOperand &operand : terminator->getOpOperands()) {
+    unsigned index = operand.getOperandNumber();
+    Value value = operand.get();
+    if (!isTracked(value))
+      continue;
+    ShardingAttr current = lookup(value);
+    auto declared = function.getResultAttrOfType<ShardingAttr>(
+        index, PolymeshDialect::kShardingAttrName);
+    // Partial sums are reduced before they leave the function, unless the
+    // result declares them.
+    ShardingAttr target = declared ? declared : withoutUnreduced(current);
+    if (!isDeviceEquivalent(current, target, value.getType()))
+      operand.set(insertReshardBefore(terminator, value, target));
+    function.setResultAttr(index, PolymeshDialect::kShardingAttrName, target);
+  }
+  return success();
+}
+
+LogicalResult FunctionPropagator::run() {
+  if (function.isExternal())
+    return success();
+  seed();
+  // Each round either places a value or inserts a reshard that settles an
+  // op for good; the bound only guards against a rule that keeps changing.
+  const unsigned maxRounds = 64 + 4 * bodyOps().size();
+  for (unsigned round = 0; round < maxRounds; ++round) {
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      SmallVector<Operation *> ops = bodyOps();
+      for (Operation *op : ops)
+        changed |= propagateOnce(op);
+      for (Operation *op : llvm::reverse(ops))
+        changed |= propagateOnce(op);
+    }
+    bool resolved = false;
+    for (Operation *op : bodyOps())
+      resolved |= resolve(op);
+    if (resolved)
+      continue;
+    bool failedAmbient = false;
+    if (applyAmbient(failedAmbient))
+      continue;
+    if (failedAmbient)
+      return failure();
+    return finalize();
+  }
+  return function->emitError()
+         << "sharding propagation did not converge; please report this";
+}
+
+class PolymeshPropagatePass final
+    : public polymesh::impl::PolymeshPropagateBase<PolymeshPropagatePass> {
+public:
+  void runOnOperation() final {
+    ModuleOp module = getOperation();
+    SymbolTableCollection symbols;
+    bool failedAny = false;
+    for (Operation &op : module.getBody()->getOperations()) {
+      auto function = dyn_cast<FunctionOpInterface>(op);
+      if (!function)
+        continue;
+      FunctionPropagator propagator(function, module, symbols);
+      failedAny |= failed(propagator.run());
+    }
+    if (failedAny)
+      return signalPassFailure();
+  }
+};
+
+} // namespace

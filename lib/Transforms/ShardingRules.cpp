@@ -1,0 +1,351 @@
+//===- ShardingRules.cpp - Factor-based sharding rules of ops -------------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Transforms/ShardingRules.h"
+
+#include "mlir/Dialect/Shard/Interfaces/ShardingInterface.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/AffineExpr.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpDefinition.h"
+
+#include <numeric>
+
+using namespace mlir;
+using namespace polymesh;
+
+namespace {
+
+/// An axis reference with explicit pre-size and size.
+struct Ref {
+  StringRef name;
+  int64_t preSize;
+  int64_t size;
+};
+
+Ref toRef(AxisRefAttr attr, MeshAttr mesh) {
+  if (attr.isSubAxis())
+    return {attr.getName(), attr.getPreSize(), attr.getSize()};
+  return {attr.getName(), 1, attr.getSizeIn(mesh)};
+}
+
+AxisRefAttr toAttr(MLIRContext *context, Ref ref, MeshAttr mesh) {
+  MeshAxisAttr axis = mesh.getAxis(ref.name);
+  if (ref.preSize == 1 && axis && ref.size == axis.getSize())
+    return AxisRefAttr::get(context, ref.name, 0, 0);
+  return AxisRefAttr::get(context, ref.name, ref.preSize, ref.size);
+}
+
+int64_t productOf(ArrayRef<AxisRefAttr> axes, MeshAttr mesh) {
+  int64_t product = 1;
+  for (AxisRefAttr axis : axes)
+    product *= axis.getSizeIn(mesh);
+  return product;
+}
+
+bool overlaps(Ref a, Ref b) {
+  return a.name == b.name && a.preSize < b.preSize * b.size &&
+         b.preSize < a.preSize * a.size;
+}
+
+/// Identity factors: one per dimension of `shape`, shared by every value of
+/// that rank.
+void addIdentityFactors(FactorRule &rule, ArrayRef<int64_t> shape) {
+  for (int64_t extent : shape) {
+    rule.factorSizes.push_back(ShapedType::isDynamic(extent) ? 0 : extent);
+    rule.factorKinds.push_back(FactorRule::Kind::Parallel);
+  }
+}
+
+SmallVector<SmallVector<unsigned>> identityDims(unsigned rank) {
+  SmallVector<SmallVector<unsigned>> dims;
+  for (unsigned d = 0; d < rank; ++d)
+    dims.push_back({d});
+  return dims;
+}
+
+std::optional<FactorRule> fromShardingInterface(Operation *op,
+                                                FactorRule rule) {
+  auto iface = dyn_cast<shard::ShardingInterface>(op);
+  if (!iface)
+    return std::nullopt;
+  SmallVector<AffineMap> maps = iface.getIndexingMaps();
+  SmallVector<utils::IteratorType> iterators = iface.getLoopIteratorTypes();
+  if (maps.empty() ||
+      maps.size() != op->getNumOperands() + op->getNumResults() ||
+      maps.front().getNumDims() != iterators.size())
+    return std::nullopt;
+  SmallVector<shard::ReductionKind> reductionKinds =
+      iface.getReductionLoopIteratorKinds();
+  unsigned reductionIndex = 0;
+  for (utils::IteratorType iterator : iterators) {
+    rule.factorSizes.push_back(0);
+    if (iterator == utils::IteratorType::parallel) {
+      rule.factorKinds.push_back(FactorRule::Kind::Parallel);
+      continue;
+    }
+    bool isSum = reductionIndex < reductionKinds.size() &&
+                 reductionKinds[reductionIndex] == shard::ReductionKind::Sum;
+    ++reductionIndex;
+    rule.factorKinds.push_back(isSum ? FactorRule::Kind::SumReduction
+                                     : FactorRule::Kind::OtherReduction);
+  }
+  auto addValue = [&](Value value, AffineMap map) -> bool {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type)
+      return true;
+    if (map.getNumResults() != type.getRank() ||
+        map.getNumDims() != rule.numFactors())
+      return false;
+    SmallVector<SmallVector<unsigned>> dims;
+    for (auto [index, expr] : llvm::enumerate(map.getResults())) {
+      auto dimExpr = dyn_cast<AffineDimExpr>(expr);
+      if (!dimExpr) {
+        dims.push_back({});
+        continue;
+      }
+      unsigned factor = dimExpr.getPosition();
+      int64_t extent = type.getDimSize(index);
+      if (!ShapedType::isDynamic(extent))
+        rule.factorSizes[factor] = extent;
+      dims.push_back({factor});
+    }
+    rule.values.push_back(std::move(dims));
+    rule.tensorValues.push_back(value);
+    return true;
+  };
+  for (auto [index, operand] : llvm::enumerate(op->getOperands()))
+    if (!addValue(operand, maps[index]))
+      return std::nullopt;
+  rule.numOperands = rule.values.size();
+  for (auto [index, result] : llvm::enumerate(op->getResults()))
+    if (!addValue(result, maps[op->getNumOperands() + index]))
+      return std::nullopt;
+  return rule;
+}
+
+/// Reshapes: one factor per dimension of the expanded type; each collapsed
+/// dimension maps to the factors of its reassociation group.
+FactorRule reshapeRule(Value collapsedValue, Value expandedValue,
+                       ArrayRef<ReassociationIndices> groups,
+                       bool collapsedIsOperand) {
+  FactorRule rule;
+  auto expandedType = cast<RankedTensorType>(expandedValue.getType());
+  addIdentityFactors(rule, expandedType.getShape());
+  SmallVector<SmallVector<unsigned>> collapsedDims;
+  for (const ReassociationIndices &group : groups) {
+    SmallVector<unsigned> factors;
+    for (int64_t index : group)
+      factors.push_back(static_cast<unsigned>(index));
+    collapsedDims.push_back(std::move(factors));
+  }
+  SmallVector<SmallVector<unsigned>> expandedDims =
+      identityDims(expandedType.getRank());
+  if (collapsedIsOperand) {
+    rule.values = {collapsedDims, expandedDims};
+    rule.tensorValues = {collapsedValue, expandedValue};
+  } else {
+    rule.values = {expandedDims, collapsedDims};
+    rule.tensorValues = {expandedValue, collapsedValue};
+  }
+  rule.numOperands = 1;
+  return rule;
+}
+
+} // namespace
+
+std::optional<FactorRule> polymesh::getFactorRule(Operation *op) {
+  if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op))
+    return reshapeRule(expand.getSrc(), expand.getResult(),
+                       expand.getReassociationIndices(),
+                       /*collapsedIsOperand=*/true);
+  if (auto collapse = dyn_cast<tensor::CollapseShapeOp>(op))
+    return reshapeRule(collapse.getResult(), collapse.getSrc(),
+                       collapse.getReassociationIndices(),
+                       /*collapsedIsOperand=*/false);
+
+  if (std::optional<FactorRule> rule = fromShardingInterface(op, {}))
+    return rule;
+
+  // Elementwise ops and ops that only create tensors (constants, splats,
+  // empty tensors): identity factors over the result shape, shared by every
+  // tensor operand of the same shape.
+  bool elementwise = OpTrait::hasElementwiseMappableTraits(op);
+  bool creates = op->getNumResults() > 0 &&
+                 llvm::none_of(op->getOperandTypes(), [](Type type) {
+                   return isa<TensorType>(type);
+                 });
+  if (!elementwise && !creates)
+    return std::nullopt;
+  if (op->getNumResults() == 0)
+    return std::nullopt;
+  auto resultType = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!resultType)
+    return std::nullopt;
+  FactorRule rule;
+  addIdentityFactors(rule, resultType.getShape());
+  for (Value operand : op->getOperands()) {
+    auto type = dyn_cast<RankedTensorType>(operand.getType());
+    if (!type)
+      continue;
+    if (type.getShape() != resultType.getShape())
+      return std::nullopt;
+    rule.values.push_back(identityDims(type.getRank()));
+    rule.tensorValues.push_back(operand);
+  }
+  rule.numOperands = rule.values.size();
+  for (Value result : op->getResults()) {
+    auto type = dyn_cast<RankedTensorType>(result.getType());
+    if (!type || type.getShape() != resultType.getShape())
+      return std::nullopt;
+    rule.values.push_back(identityDims(type.getRank()));
+    rule.tensorValues.push_back(result);
+  }
+  return rule;
+}
+
+FactorAxes polymesh::proposeFactorAxes(const FactorRule &rule,
+                                       unsigned valueIndex,
+                                       ShardingAttr sharding, MeshAttr mesh) {
+  MLIRContext *context = sharding.getContext();
+  FactorAxes proposal(rule.numFactors());
+  const auto &dims = rule.values[valueIndex];
+  for (auto [dimIndex, dim] : llvm::enumerate(sharding.getDims())) {
+    if (dimIndex >= dims.size())
+      break;
+    ArrayRef<unsigned> factors = dims[dimIndex];
+    if (factors.empty())
+      continue;
+    if (factors.size() == 1) {
+      llvm::append_range(proposal[factors[0]], dim.getAxes());
+      continue;
+    }
+    // Fill factors major to minor; a factor must be full before the next
+    // one may take axes, and each factor's shards must divide it exactly.
+    size_t factorIndex = 0;
+    int64_t capacity = rule.factorSizes[factors[0]];
+    for (AxisRefAttr axisAttr : dim.getAxes()) {
+      Ref ref = toRef(axisAttr, mesh);
+      bool placed = false;
+      while (!placed) {
+        while (capacity == 1 && factorIndex + 1 < factors.size())
+          capacity = rule.factorSizes[factors[++factorIndex]];
+        if (capacity <= 1)
+          break;
+        if (capacity % ref.size == 0) {
+          proposal[factors[factorIndex]].push_back(toAttr(context, ref, mesh));
+          capacity /= ref.size;
+          placed = true;
+          break;
+        }
+        int64_t common = std::gcd(capacity, ref.size);
+        if (common == 1 || common != capacity)
+          break;
+        // The factor takes the major part of the axis; the rest goes on.
+        proposal[factors[factorIndex]].push_back(
+            toAttr(context, {ref.name, ref.preSize, common}, mesh));
+        ref = {ref.name, ref.preSize * common, ref.size / common};
+        capacity = 1;
+      }
+      if (!placed)
+        break;
+    }
+  }
+  return proposal;
+}
+
+void polymesh::legalizeFactorAxes(const FactorRule &rule, FactorAxes &axes,
+                                  MeshAttr mesh) {
+  for (unsigned factor = 0; factor < rule.numFactors(); ++factor)
+    if (rule.factorKinds[factor] == FactorRule::Kind::OtherReduction)
+      axes[factor].clear();
+  // An axis may shard one factor only: the lower factor index keeps it.
+  SmallVector<Ref> used;
+  for (auto &factorAxes : axes) {
+    bool clash = false;
+    for (AxisRefAttr attr : factorAxes)
+      for (Ref other : used)
+        clash |= overlaps(toRef(attr, mesh), other);
+    if (clash) {
+      factorAxes.clear();
+      continue;
+    }
+    for (AxisRefAttr attr : factorAxes)
+      used.push_back(toRef(attr, mesh));
+  }
+  // Within a dimension of several factors, a factor may be sharded only if
+  // every more-major factor is fully sharded, and only into exact shards.
+  for (const auto &value : rule.values) {
+    for (const auto &factors : value) {
+      if (factors.size() < 2)
+        continue;
+      bool majorFull = true;
+      for (unsigned factor : factors) {
+        int64_t size = rule.factorSizes[factor];
+        int64_t shards = productOf(axes[factor], mesh);
+        if (!majorFull || size <= 0 || size % shards != 0) {
+          axes[factor].clear();
+          shards = 1;
+        }
+        majorFull = majorFull && size > 0 && shards == size;
+      }
+    }
+  }
+}
+
+ShardingAttr polymesh::deriveSharding(const FactorRule &rule,
+                                      unsigned valueIndex,
+                                      const FactorAxes &axes,
+                                      FlatSymbolRefAttr meshName,
+                                      MeshAttr mesh) {
+  MLIRContext *context = meshName.getContext();
+  SmallVector<DimShardingAttr> dims;
+  llvm::SmallDenseSet<unsigned> present;
+  for (const auto &factors : rule.values[valueIndex]) {
+    SmallVector<Ref> refs;
+    for (unsigned factor : factors) {
+      present.insert(factor);
+      for (AxisRefAttr attr : axes[factor]) {
+        Ref ref = toRef(attr, mesh);
+        // Adjacent pieces of one axis merge back: (p)a then (p*a)b is (p)ab.
+        if (!refs.empty() && refs.back().name == ref.name &&
+            refs.back().preSize * refs.back().size == ref.preSize) {
+          refs.back().size *= ref.size;
+          continue;
+        }
+        refs.push_back(ref);
+      }
+    }
+    SmallVector<AxisRefAttr> dimAxes;
+    for (Ref ref : refs)
+      dimAxes.push_back(toAttr(context, ref, mesh));
+    dims.push_back(DimShardingAttr::get(context, dimAxes, /*isClosed=*/true));
+  }
+  SmallVector<AxisRefAttr> unreduced;
+  if (valueIndex >= rule.numOperands)
+    for (unsigned factor = 0; factor < rule.numFactors(); ++factor)
+      if (rule.factorKinds[factor] == FactorRule::Kind::SumReduction &&
+          !present.contains(factor))
+        llvm::append_range(unreduced, axes[factor]);
+  return ShardingAttr::get(context, meshName, dims, {}, unreduced);
+}
+
+bool polymesh::isSameLayout(ShardingAttr a, ShardingAttr b) {
+  if (a == b)
+    return true;
+  if (a.getMeshName() != b.getMeshName() ||
+      a.getDims().size() != b.getDims().size())
+    return false;
+  for (auto [dimA, dimB] : llvm::zip(a.getDims(), b.getDims()))
+    if (dimA.getAxes() != dimB.getAxes())
+      return false;
+  if (a.getUnreduced().size() != b.getUnreduced().size())
+    return false;
+  for (AxisRefAttr ref : a.getUnreduced())
+    if (!llvm::is_contained(b.getUnreduced(), ref))
+      return false;
+  return true;
+}
