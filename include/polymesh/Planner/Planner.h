@@ -1,0 +1,85 @@
+//===- Planner.h - Bytes-optimal reshard planning ---------------*- C++ -*-===//
+//
+// Part of Polymesh. Pure C++17: no MLIR types.
+//
+//===----------------------------------------------------------------------===//
+//
+// planReshard turns a (source layout, destination layout) pair into a
+// TransferPlan. The meshes may differ completely: other axes, overlapping or
+// disjoint device ids. See docs/planner.md for how the planner chooses.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_PLANNER_PLANNER_H
+#define POLYMESH_PLANNER_PLANNER_H
+
+#include "polymesh/Planner/Layout.h"
+#include "polymesh/Planner/TransferPlan.h"
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace polymesh::planner {
+
+struct PlanOptions {
+  /// Most staging (pack + unpack) bytes any device may hold at once;
+  /// 0 means unlimited. Transfers larger than this are split into chunks.
+  int64_t memoryLimitBytes = 0;
+
+  bool operator==(const PlanOptions &other) const {
+    return memoryLimitBytes == other.memoryLimitBytes;
+  }
+};
+
+/// Plans the transfer of a tensor of `elementBytes`-byte elements from
+/// `source` to `destination`. Errors (InvalidArgument): different shapes,
+/// a non-positive element size, a byte count that overflows int64, a
+/// negative memory limit, or a memory limit too small for one element.
+absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
+                                         const TensorLayout &destination,
+                                         int64_t elementBytes,
+                                         const PlanOptions &options = {});
+
+/// Splits `box` into sub-boxes of at most `maxElements` elements each,
+/// cutting along its outermost non-unit dimension first (so sub-boxes are
+/// contiguous row-major slabs where possible). Returns {box} when it fits;
+/// an empty vector for an empty box. `maxElements` must be >= 1.
+std::vector<Box> splitBox(const Box &box, int64_t maxElements);
+
+/// A thread-safe cache of plans keyed by the full planner input: both
+/// layouts (axes, device ids, shardings), the shape, the element size and
+/// the options. Failed plans are not cached.
+class PlanCache {
+public:
+  absl::StatusOr<std::shared_ptr<const TransferPlan>>
+  getOrPlan(const TensorLayout &source, const TensorLayout &destination,
+            int64_t elementBytes, const PlanOptions &options = {});
+
+  int64_t hits() const;
+  int64_t misses() const;
+  size_t size() const;
+  void clear();
+
+  /// The cache key of a planner input (exposed for tests).
+  static std::string key(const TensorLayout &source,
+                         const TensorLayout &destination, int64_t elementBytes,
+                         const PlanOptions &options);
+
+private:
+  mutable absl::Mutex mutex_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const TransferPlan>>
+      plans_ ABSL_GUARDED_BY(mutex_);
+  int64_t hits_ ABSL_GUARDED_BY(mutex_) = 0;
+  int64_t misses_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+} // namespace polymesh::planner
+
+#endif // POLYMESH_PLANNER_PLANNER_H

@@ -1,0 +1,221 @@
+//===- TransferPlan.cpp - Plan statistics and printing --------------------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Planner/TransferPlan.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+#include <algorithm>
+
+namespace polymesh::planner {
+
+const char *stepKindName(StepKind kind) {
+  switch (kind) {
+  case StepKind::LocalCopy:
+    return "local_copy";
+  case StepKind::ZeroFill:
+    return "zero_fill";
+  case StepKind::AllGather:
+    return "all_gather";
+  case StepKind::AllToAll:
+    return "all_to_all";
+  case StepKind::CollectivePermute:
+    return "collective_permute";
+  case StepKind::Broadcast:
+    return "broadcast";
+  case StepKind::SendRecv:
+    return "send_recv";
+  case StepKind::AllReduce:
+    return "all_reduce";
+  case StepKind::ReduceScatter:
+    return "reduce_scatter";
+  }
+  return "unknown";
+}
+
+void recomputePlanStats(TransferPlan &plan) {
+  plan.bytesMoved = 0;
+  plan.maxSendBytes = plan.maxRecvBytes = plan.peakTempBytes = 0;
+  plan.stepCounts.fill(0);
+  plan.numChunks = 0;
+
+  absl::flat_hash_map<int64_t, DeviceStats> stats;
+  // Staging of the chunk being accumulated; steps are sorted by chunk, but
+  // do not rely on it: key the running sums by (chunk, device).
+  absl::flat_hash_map<std::pair<int64_t, int64_t>, int64_t> staging;
+  auto touch = [&](int64_t device) -> DeviceStats & {
+    DeviceStats &entry = stats[device];
+    entry.device = device;
+    return entry;
+  };
+  for (const Step &step : plan.steps) {
+    ++plan.stepCounts[static_cast<int>(step.kind)];
+    plan.numChunks = std::max(plan.numChunks, step.chunk + 1);
+    for (int64_t device : step.devices)
+      touch(device);
+    for (const Transfer &transfer : step.transfers) {
+      if (transfer.isLocal())
+        continue;
+      int64_t moved = transfer.bytesMoved();
+      plan.bytesMoved += moved;
+      touch(transfer.srcDevice).sendBytes += moved;
+      // The sender packs the box once, whatever the number of receivers.
+      staging[{step.chunk, transfer.srcDevice}] += transfer.bytes;
+      for (int64_t dst : transfer.dstDevices) {
+        touch(dst).recvBytes += transfer.bytes;
+        staging[{step.chunk, dst}] += transfer.bytes;
+      }
+    }
+  }
+  for (const auto &[key, bytes] : staging) {
+    DeviceStats &entry = touch(key.second);
+    entry.peakTempBytes = std::max(entry.peakTempBytes, bytes);
+  }
+  plan.perDevice.clear();
+  plan.perDevice.reserve(stats.size());
+  for (const auto &[device, entry] : stats) {
+    plan.perDevice.push_back(entry);
+    plan.maxSendBytes = std::max(plan.maxSendBytes, entry.sendBytes);
+    plan.maxRecvBytes = std::max(plan.maxRecvBytes, entry.recvBytes);
+    plan.peakTempBytes = std::max(plan.peakTempBytes, entry.peakTempBytes);
+  }
+  std::sort(plan.perDevice.begin(), plan.perDevice.end(),
+            [](const DeviceStats &a, const DeviceStats &b) {
+              return a.device < b.device;
+            });
+}
+
+//===----------------------------------------------------------------------===//
+// Printing
+//===----------------------------------------------------------------------===//
+
+std::string describe(const Box &box) {
+  std::vector<std::string> ranges;
+  for (size_t d = 0; d < box.lo.size(); ++d)
+    ranges.push_back(absl::StrCat(box.lo[d], ":", box.hi[d]));
+  return absl::StrCat("[", absl::StrJoin(ranges, ", "), "]");
+}
+
+std::string describe(const Mesh &mesh) {
+  std::vector<std::string> axes;
+  for (const MeshAxis &axis : mesh.axes)
+    axes.push_back(absl::StrCat("\"", axis.name, "\"=", axis.size));
+  std::string result = absl::StrCat("<[", absl::StrJoin(axes, ", "), "]");
+  bool identity = true;
+  for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p)
+    identity &= mesh.deviceAt(p) == p;
+  if (!identity) {
+    std::vector<int64_t> ids;
+    for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p)
+      ids.push_back(mesh.deviceAt(p));
+    absl::StrAppend(&result, ", device_ids=[", absl::StrJoin(ids, ", "), "]");
+  }
+  return result + ">";
+}
+
+namespace {
+std::string describeRef(const AxisRef &ref, const Mesh &mesh) {
+  const std::string &name = mesh.axes[ref.axis].name;
+  if (ref.isWhole(mesh))
+    return absl::StrCat("\"", name, "\"");
+  return absl::StrCat("\"", name, "\":(", ref.preSize, ")", ref.size);
+}
+
+std::string describeRefs(const std::vector<AxisRef> &refs, const Mesh &mesh) {
+  std::vector<std::string> names;
+  for (const AxisRef &ref : refs)
+    names.push_back(describeRef(ref, mesh));
+  return absl::StrJoin(names, ", ");
+}
+} // namespace
+
+std::string describe(const Sharding &sharding, const Mesh &mesh) {
+  std::vector<std::string> dims;
+  for (const DimSharding &dim : sharding.dims) {
+    std::string text = describeRefs(dim.axes, mesh);
+    if (dim.open)
+      text += dim.axes.empty() ? "?" : ", ?";
+    dims.push_back(absl::StrCat("{", text, "}"));
+  }
+  std::string result = absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+  if (!sharding.replicated.empty())
+    absl::StrAppend(&result, ", replicated={",
+                    describeRefs(sharding.replicated, mesh), "}");
+  if (!sharding.unreduced.empty())
+    absl::StrAppend(&result, ", unreduced={",
+                    describeRefs(sharding.unreduced, mesh), "}");
+  return result;
+}
+
+std::string describe(const TensorLayout &layout) {
+  return absl::StrCat(describe(layout.mesh()), " ",
+                      describe(layout.sharding(), layout.mesh()), " : ",
+                      absl::StrJoin(layout.shape(), "x"));
+}
+
+std::string planStatsJson(const TransferPlan &plan) {
+  std::vector<std::string> counts;
+  for (int k = 0; k < kNumStepKinds; ++k)
+    if (plan.stepCounts[k] != 0)
+      counts.push_back(absl::StrCat("\"",
+                                    stepKindName(static_cast<StepKind>(k)),
+                                    "\": ", plan.stepCounts[k]));
+  return absl::StrCat(
+      "{\"steps\": ", plan.steps.size(), ", \"chunks\": ", plan.numChunks,
+      ", \"identity\": ", plan.identity ? "true" : "false",
+      ", \"bytes_moved\": ", plan.bytesMoved,
+      ", \"lower_bound_bytes\": ", plan.lowerBoundBytes,
+      ", \"reduction_lower_bound_bytes\": ", plan.reductionLowerBoundBytes,
+      ", \"reshard_lower_bound_bytes\": ", plan.reshardLowerBoundBytes,
+      ", \"max_send_bytes\": ", plan.maxSendBytes,
+      ", \"max_recv_bytes\": ", plan.maxRecvBytes,
+      ", \"peak_temp_bytes\": ", plan.peakTempBytes,
+      ", \"memory_limit_bytes\": ", plan.memoryLimitBytes,
+      ", \"step_counts\": {", absl::StrJoin(counts, ", "), "}}");
+}
+
+std::string formatPlan(const TransferPlan &plan) {
+  std::string out = absl::StrCat(
+      "plan for ", absl::StrJoin(plan.shape, "x"), " x ", plan.elementBytes,
+      "B: ", plan.steps.size(), " steps in ", plan.numChunks, " chunks",
+      plan.identity ? " (identity: device-equivalent layouts)" : "", "\n");
+  absl::StrAppend(&out, "  bytes moved ", plan.bytesMoved, " (lower bound ",
+                  plan.lowerBoundBytes, "), max send ", plan.maxSendBytes,
+                  ", max recv ", plan.maxRecvBytes, ", peak temp ",
+                  plan.peakTempBytes);
+  if (plan.memoryLimitBytes > 0)
+    absl::StrAppend(&out, " (limit ", plan.memoryLimitBytes, ")");
+  absl::StrAppend(&out, "\n");
+  if (plan.reducedLayout)
+    absl::StrAppend(&out, "  reduces in place to ",
+                    describe(*plan.reducedLayout), "\n");
+  for (const Step &step : plan.steps) {
+    absl::StrAppend(&out, "  chunk ", step.chunk, " ", stepKindName(step.kind));
+    if (step.kind == StepKind::Broadcast)
+      absl::StrAppend(&out, " root=", step.root());
+    absl::StrAppend(&out, " devices=[", absl::StrJoin(step.devices, ", "),
+                    "]\n");
+    for (const Transfer &transfer : step.transfers) {
+      absl::StrAppend(&out, "    ");
+      if (transfer.phase != 0)
+        absl::StrAppend(&out, "phase ", transfer.phase, ": ");
+      if (step.kind == StepKind::ZeroFill)
+        absl::StrAppend(&out, "zero ", transfer.srcDevice, " ");
+      else
+        absl::StrAppend(&out, transfer.srcDevice,
+                        transfer.srcBuffer == BufferKind::Source ? "" : "(dst)",
+                        " -> [", absl::StrJoin(transfer.dstDevices, ", "), "]",
+                        transfer.dstBuffer == BufferKind::Source ? "(src)" : "",
+                        transfer.accumulate ? " +=" : "", " ");
+      absl::StrAppend(&out, describe(transfer.box), " ", transfer.bytes, "B\n");
+    }
+  }
+  return out;
+}
+
+} // namespace polymesh::planner
