@@ -100,6 +100,7 @@ private:
     return it->second;
   }
 
+  void cloneSharedConstants();
   void seed();
   bool propagateOnce(Operation *op);
   bool resolve(Operation *op);
@@ -131,6 +132,8 @@ private:
   llvm::DenseMap<Value, ShardingAttr> known;
   llvm::DenseMap<Operation *, std::optional<FactorRule>> rules;
   llvm::SmallPtrSet<Operation *, 4> warned;
+  /// Ops whose values are all placed and agree; nothing changes them again.
+  llvm::DenseSet<Operation *> settled;
 };
 
 void FunctionPropagator::seed() {
@@ -298,12 +301,22 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
   }
   if (isa<ReshardOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
     return false;
+  if (settled.contains(op))
+    return false;
   const std::optional<FactorRule> &rule = ruleOf(op);
   if (!rule)
     return false;
+  bool hasUnknown = false, hasKnown = false;
+  for (Value value : rule->tensorValues) {
+    bool isKnown = known.count(value);
+    hasKnown |= isKnown;
+    hasUnknown |= !isKnown;
+  }
+  if (!hasUnknown || !hasKnown)
+    return false;
   FlatSymbolRefAttr meshName;
   FactorAxes merged(rule->numFactors());
-  bool hasUnknown = false, clash = false;
+  bool clash = false;
   for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
     ShardingAttr sharding = lookup(value);
     if (!sharding) {
@@ -319,7 +332,7 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
     mergeInto(merged,
               proposeFactorAxes(*rule, index, sharding, mesh), clash);
   }
-  if (!hasUnknown || !meshName || clash)
+  if (clash)
     return false;
   std::optional<Placement> placement =
       makePlacement(*rule, meshName, std::move(merged));
@@ -337,6 +350,8 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
 bool FunctionPropagator::resolve(Operation *op) {
   if (isa<ShardingConstraintOp, ReshardOp>(op) ||
       op->hasTrait<OpTrait::IsTerminator>())
+    return false;
+  if (settled.contains(op))
     return false;
   const std::optional<FactorRule> &rule = ruleOf(op);
   if (!rule)
@@ -385,7 +400,9 @@ bool FunctionPropagator::resolve(Operation *op) {
           moveCost(sharding, placement->derived[index], value.getType());
     }
     if (consistent) {
-      // The op is already placed: only fill in what is missing.
+      // The op is already placed: only fill in what is missing. Its values
+      // never change again, so it is not looked at again.
+      settled.insert(op);
       bool changed = false;
       for (auto [index, value] : llvm::enumerate(rule->tensorValues))
         changed |= assign(value, placement->derived[index]);
@@ -409,6 +426,7 @@ bool FunctionPropagator::resolve(Operation *op) {
 
   // Operands move to the placement; annotated results keep their sharding
   // through a reshard after the op.
+  settled.insert(op);
   llvm::SmallDenseMap<std::pair<Value, Attribute>, Value> moved;
   for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
     ShardingAttr target = best->derived[index];
@@ -601,12 +619,21 @@ LogicalResult FunctionPropagator::finalize() {
       op->setAttr(PolymeshDialect::kShardingAttrName,
                   ArrayAttr::get(context, shardings));
   }
-  for (auto [index, arg] : llvm::enumerate(function.getArguments()))
+  // Attributes of all arguments and results are rebuilt at once: setting
+  // them one by one copies the whole attribute array each time.
+  SmallVector<DictionaryAttr> argAttrs;
+  for (auto [index, arg] : llvm::enumerate(function.getArguments())) {
+    NamedAttrList attrs(function.getArgAttrDict(index));
     if (ShardingAttr sharding = lookup(arg))
-      function.setArgAttr(index, PolymeshDialect::kShardingAttrName,
-                          sharding);
+      attrs.set(PolymeshDialect::kShardingAttrName, sharding);
+    argAttrs.push_back(attrs.getDictionary(context));
+  }
+  function.setAllArgAttrs(argAttrs);
   if (!terminator)
     return success();
+  SmallVector<DictionaryAttr> resultAttrs;
+  for (unsigned index = 0, e = function.getNumResults(); index < e; ++index)
+    resultAttrs.push_back(function.getResultAttrDict(index));
   for (OpOperand &operand : terminator->getOpOperands()) {
     unsigned index = operand.getOperandNumber();
     Value value = operand.get();
@@ -620,14 +647,44 @@ LogicalResult FunctionPropagator::finalize() {
     ShardingAttr target = declared ? declared : withoutUnreduced(current);
     if (!isDeviceEquivalent(current, target, value.getType()))
       operand.set(insertReshardBefore(terminator, value, target));
-    function.setResultAttr(index, PolymeshDialect::kShardingAttrName, target);
+    NamedAttrList attrs(resultAttrs[index]);
+    attrs.set(PolymeshDialect::kShardingAttrName, target);
+    resultAttrs[index] = attrs.getDictionary(context);
   }
+  function.setAllResultAttrs(resultAttrs);
   return success();
+}
+
+/// A constant used by several ops is materialized once per user, so that
+/// each use is placed where its user is instead of being moved there.
+void FunctionPropagator::cloneSharedConstants() {
+  for (Operation *op : bodyOps()) {
+    if (!op->hasTrait<OpTrait::ConstantLike>() || op->getNumResults() != 1 ||
+        !isTracked(op->getResult(0)) ||
+        op->hasAttr(PolymeshDialect::kShardingAttrName))
+      continue;
+    SmallVector<OpOperand *> uses;
+    for (OpOperand &use : op->getResult(0).getUses())
+      uses.push_back(&use);
+    if (uses.size() < 2)
+      continue;
+    // Keep the first use in program order on the original.
+    llvm::sort(uses, [](OpOperand *a, OpOperand *b) {
+      if (a->getOwner() != b->getOwner())
+        return a->getOwner()->isBeforeInBlock(b->getOwner());
+      return a->getOperandNumber() < b->getOperandNumber();
+    });
+    for (OpOperand *use : llvm::drop_begin(uses)) {
+      OpBuilder builder(use->getOwner());
+      use->set(builder.clone(*op)->getResult(0));
+    }
+  }
 }
 
 LogicalResult FunctionPropagator::run() {
   if (function.isExternal())
     return success();
+  cloneSharedConstants();
   seed();
   // Each round either places a value or inserts a reshard that settles an
   // op for good; the bound only guards against a rule that keeps changing.

@@ -97,10 +97,18 @@ std::optional<FactorRule> fromShardingInterface(Operation *op,
     auto type = dyn_cast<RankedTensorType>(value.getType());
     if (!type)
       return true;
-    if (map.getNumResults() != type.getRank() ||
-        map.getNumDims() != rule.numFactors())
+    if (map.getNumDims() != rule.numFactors())
       return false;
     SmallVector<SmallVector<unsigned>> dims;
+    // A map that does not index this value's dimensions (tosa's elementwise
+    // model gives its scalar-like operands, such as mul's shift, the result
+    // map) leaves the value unshardable: it must be replicated.
+    if (map.getNumResults() != type.getRank()) {
+      dims.resize(type.getRank());
+      rule.values.push_back(std::move(dims));
+      rule.tensorValues.push_back(value);
+      return true;
+    }
     for (auto [index, expr] : llvm::enumerate(map.getResults())) {
       auto dimExpr = dyn_cast<AffineDimExpr>(expr);
       if (!dimExpr) {
