@@ -93,10 +93,22 @@ private:
     return inserted;
   }
 
+  /// The op's rule, computed once. Its values are refreshed on every call:
+  /// inserted reshards replace operands after the rule was computed.
   const std::optional<FactorRule> &ruleOf(Operation *op) {
     auto it = rules.find(op);
     if (it == rules.end())
-      it = rules.try_emplace(op, getFactorRule(op)).first;
+      return rules.try_emplace(op, getFactorRule(op)).first->second;
+    if (it->second) {
+      SmallVector<Value> &values = it->second->tensorValues;
+      values.clear();
+      for (Value operand : op->getOperands())
+        if (isTracked(operand))
+          values.push_back(operand);
+      for (Value result : op->getResults())
+        if (isTracked(result))
+          values.push_back(result);
+    }
     return it->second;
   }
 
@@ -134,6 +146,9 @@ private:
   llvm::SmallPtrSet<Operation *, 4> warned;
   /// Ops whose values are all placed and agree; nothing changes them again.
   llvm::DenseSet<Operation *> settled;
+  /// Ops whose results the user annotated.
+  llvm::DenseSet<Operation *> pinnedOps;
+  static constexpr int64_t kPinnedPenalty = int64_t(1) << 50;
 };
 
 void FunctionPropagator::seed() {
@@ -160,6 +175,8 @@ void FunctionPropagator::seed() {
       for (auto [result, element] : llvm::zip(op->getResults(), list))
         assign(result, cast<ShardingAttr>(element));
     }
+    if (attr)
+      pinnedOps.insert(op);
   }
   if (!terminator)
     return;
@@ -396,6 +413,10 @@ bool FunctionPropagator::resolve(Operation *op) {
       if (!sharding || isSameLayout(sharding, placement->derived[index]))
         continue;
       consistent = false;
+      // A user-annotated op is computed as annotated: placements that
+      // would move its results come last.
+      if (index >= rule->numOperands && pinnedOps.contains(op))
+        placement->cost += kPinnedPenalty;
       placement->cost +=
           moveCost(sharding, placement->derived[index], value.getType());
     }

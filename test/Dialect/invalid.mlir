@@ -124,6 +124,14 @@ func.func @f(%arg0: tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@m, 
 
 // -----
 
+polymesh.mesh @m = <["x"=12]>
+// expected-error @+1 {{argument #0: sub-axis "x":(3)2 in dimension 1 and "x":(1)2 in dimension 0 do not split axis "x" the same way}}
+func.func @f(%arg0: tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x":(1)2}, {"x":(3)2}]>}) {
+  return
+}
+
+// -----
+
 polymesh.mesh @m = <["x"=6]>
 // expected-error @+1 {{argument #0: sub-axis "x":(2)2 in dimension 0 does not divide axis "x" of size 6; expected pre-size * size to divide the axis size}}
 func.func @f(%arg0: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x":(2)2}]>}) {

@@ -440,15 +440,25 @@ ShardingAttr::verifyFor(function_ref<InFlightDiagnostic()> emitError,
       hi = span;
     }
     for (const AxisUse &use : uses) {
-      if (use.ref.getName() != ref.getName() || !(lo < use.hi && use.lo < hi))
+      if (use.ref.getName() != ref.getName())
         continue;
       std::string first, second;
       llvm::raw_string_ostream firstOs(first), secondOs(second);
       use.ref.print(firstOs);
       ref.print(secondOs);
-      return emitError() << "axis " << second << " in " << where
-                         << " overlaps " << first << " in " << use.where
-                         << "; each mesh axis may shard a value only once";
+      if (lo < use.hi && use.lo < hi)
+        return emitError() << "axis " << second << " in " << where
+                           << " overlaps " << first << " in " << use.where
+                           << "; each mesh axis may shard a value only once";
+      // Disjoint pieces of one axis must come from one factorization of it:
+      // the more minor piece starts at a multiple of where the other ends.
+      bool compatible = lo >= use.hi ? lo % use.hi == 0 : use.lo % hi == 0;
+      if (!compatible)
+        return emitError() << "sub-axis " << second << " in " << where
+                           << " and " << first << " in " << use.where
+                           << " do not split axis \"" << ref.getName()
+                           << "\" the same way; expected the larger pre-size "
+                              "to be a multiple of the other's pre-size * size";
     }
     uses.push_back({ref, std::move(where), lo, hi});
     return success();
