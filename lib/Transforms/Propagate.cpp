@@ -146,6 +146,10 @@ private:
   llvm::SmallPtrSet<Operation *, 4> warned;
   /// Ops whose values are all placed and agree; nothing changes them again.
   llvm::DenseSet<Operation *> settled;
+  /// The op being placed, for diagnostics raised while pricing it.
+  Operation *currentOp = nullptr;
+  llvm::SmallPtrSet<Operation *, 4> dynamicReported;
+  bool hadError = false;
   /// Ops whose results the user annotated.
   llvm::DenseSet<Operation *> pinnedOps;
   static constexpr int64_t kPinnedPenalty = int64_t(1) << 50;
@@ -239,14 +243,20 @@ int64_t FunctionPropagator::moveCost(ShardingAttr from, ShardingAttr to,
                                      Type type) {
   if (isSameLayout(from, to))
     return 0;
-  auto tensorType = cast<RankedTensorType>(type);
-  SmallVector<int64_t> shape;
-  for (int64_t extent : tensorType.getShape())
-    shape.push_back(ShapedType::isDynamic(extent) ? 1 : extent);
-  auto staticType = RankedTensorType::get(shape, tensorType.getElementType());
-  auto silent = [&]() {
-    return InFlightDiagnostic();
-  };
+  auto staticType = cast<RankedTensorType>(type);
+  if (!staticType.hasStaticShape()) {
+    // Placements are compared by the tiles they move; without a static
+    // shape there are none to compare, and none to plan later.
+    if (currentOp && dynamicReported.insert(currentOp).second)
+      currentOp->emitError()
+          << "placing this op needs to move a value of dynamic shape "
+          << staticType
+          << " between shardings; a static shape is needed to compute its "
+             "device tiles";
+    hadError = true;
+    return 0;
+  }
+  auto silent = [&]() { return InFlightDiagnostic(); };
   MeshAttr fromMesh = getMesh(from.getMeshName());
   MeshAttr toMesh = getMesh(to.getMeshName());
   FailureOr<planner::TensorLayout> source =
@@ -370,6 +380,7 @@ bool FunctionPropagator::resolve(Operation *op) {
     return false;
   if (settled.contains(op))
     return false;
+  currentOp = op;
   const std::optional<FactorRule> &rule = ruleOf(op);
   if (!rule)
     return resolveWithoutRule(op);
@@ -723,6 +734,8 @@ LogicalResult FunctionPropagator::run() {
     bool resolved = false;
     for (Operation *op : bodyOps())
       resolved |= resolve(op);
+    if (hadError)
+      return failure();
     if (resolved)
       continue;
     bool failedAmbient = false;
