@@ -8,7 +8,7 @@ from lit.llvm import llvm_config
 
 config.name = "Polymesh"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
-config.suffixes = [".mlir"]
+config.suffixes = [".mlir", ".test"]
 config.excludes = ["CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "Inputs"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.polymesh_obj_root, "test")
@@ -18,6 +18,7 @@ config.environment["FILECHECK_OPTS"] = "-enable-var-scope"
 
 config.substitutions.append(("%PATH%", config.environment["PATH"]))
 config.substitutions.append(("%polymesh_src_root", config.polymesh_src_root))
+config.substitutions.append(("%python", config.python_executable))
 
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
