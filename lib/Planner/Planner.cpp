@@ -26,6 +26,8 @@
 
 #include "polymesh/Planner/Planner.h"
 
+#include "DeviceIndex.h"
+
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
@@ -106,12 +108,7 @@ bool boxContains(const Box &outer, const Box &inner) {
   return true;
 }
 
-std::vector<int64_t> sortedUnique(std::vector<int64_t> ids) {
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  return ids;
-}
-
+/// Sorted distinct device ids of some transfers' endpoints.
 std::vector<int64_t> devicesOf(const std::vector<Transfer> &transfers) {
   std::vector<int64_t> ids;
   for (const Transfer &transfer : transfers) {
@@ -119,7 +116,9 @@ std::vector<int64_t> devicesOf(const std::vector<Transfer> &transfers) {
     ids.insert(ids.end(), transfer.dstDevices.begin(),
                transfer.dstDevices.end());
   }
-  return sortedUnique(std::move(ids));
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 /// Which unreduced axes the plan reduces, keeps, or creates.
@@ -151,70 +150,135 @@ UnreducedSplit splitUnreduced(const TensorLayout &source,
   return split;
 }
 
+/// A (sub-)axis coordinate as a digit of the mesh position:
+/// (position / stride) % size, with no per-position allocation.
+struct Digit {
+  int64_t stride = 1;
+  int64_t size = 1;
+  int64_t of(int64_t position) const { return (position / stride) % size; }
+};
+
+Digit digitOf(const Mesh &mesh, const AxisRef &ref) {
+  int64_t after = 1;
+  for (size_t a = ref.axis + 1; a < mesh.axes.size(); ++a)
+    after *= mesh.axes[a].size;
+  int64_t minor = mesh.axes[ref.axis].size / (ref.preSize * ref.size);
+  return {after * minor, ref.size};
+}
+
 /// Dense tile numbering of a layout: tile = key * totalShards + shard, where
-/// shard linearizes the per-dim shard index and key the coordinates on the
-/// kept unreduced axes (which partial sum a device holds).
+/// shard linearizes the per-dim shard index (row-major) and key the
+/// coordinates on the kept unreduced axes (which partial sum a device holds).
+/// Distinct tiles of one key are disjoint boxes that cover the tensor.
 struct TileGrid {
-  const TensorLayout *layout = nullptr;
+  std::vector<int64_t> shape;
   std::vector<int64_t> numShards;
   std::vector<int64_t> tileExtent;
+  std::vector<std::vector<Digit>> dimDigits;
+  std::vector<Digit> keyDigits;
   int64_t totalShards = 1;
-  std::vector<AxisRef> keyRefs;
   int64_t numKeys = 1;
 
-  TileGrid(const TensorLayout &layout, std::vector<AxisRef> keys)
-      : layout(&layout), keyRefs(std::move(keys)) {
-    for (size_t d = 0; d < layout.shape().size(); ++d) {
+  TileGrid(const TensorLayout &layout, const std::vector<AxisRef> &keys)
+      : shape(layout.shape()) {
+    const Mesh &mesh = layout.mesh();
+    for (size_t d = 0; d < shape.size(); ++d) {
       numShards.push_back(layout.numShards(d));
       tileExtent.push_back(layout.tileExtent(d));
       totalShards *= numShards.back();
+      dimDigits.emplace_back();
+      for (const AxisRef &ref : layout.sharding().dims[d].axes)
+        dimDigits.back().push_back(digitOf(mesh, ref));
     }
-    for (const AxisRef &ref : keyRefs)
+    for (const AxisRef &ref : keys) {
+      keyDigits.push_back(digitOf(mesh, ref));
       numKeys *= ref.size;
+    }
   }
 
   int64_t numTiles() const { return numKeys * totalShards; }
 
-  int64_t tileOfPosition(int64_t position) const {
-    std::vector<int64_t> index = layout->shardIndex(position);
+  int64_t shardOf(int64_t position) const {
     int64_t shard = 0;
-    for (size_t d = 0; d < index.size(); ++d)
-      shard = shard * numShards[d] + index[d];
+    for (size_t d = 0; d < dimDigits.size(); ++d) {
+      int64_t index = 0;
+      for (const Digit &digit : dimDigits[d])
+        index = index * digit.size + digit.of(position);
+      shard = shard * numShards[d] + index;
+    }
+    return shard;
+  }
+
+  int64_t tileOf(int64_t position) const {
     int64_t key = 0;
-    if (!keyRefs.empty()) {
-      std::vector<int64_t> coords = layout->mesh().coordinates(position);
-      for (const AxisRef &ref : keyRefs)
-        key = key * ref.size + ref.coordinate(layout->mesh(), coords);
-    }
-    return key * totalShards + shard;
+    for (const Digit &digit : keyDigits)
+      key = key * digit.size + digit.of(position);
+    return key * totalShards + shardOf(position);
   }
 
-  /// Per-dim shard index of a tile.
-  std::vector<int64_t> shardIndexOf(int64_t tile) const {
-    int64_t shard = tile % totalShards;
-    std::vector<int64_t> index(numShards.size());
-    for (size_t d = numShards.size(); d-- > 0;) {
-      index[d] = shard % numShards[d];
-      shard /= numShards[d];
-    }
-    return index;
+  /// [lo, hi) of shard `index` along dim `d`.
+  int64_t lo(size_t d, int64_t index) const {
+    return std::min(index * tileExtent[d], shape[d]);
+  }
+  int64_t hi(size_t d, int64_t index) const {
+    return std::min((index + 1) * tileExtent[d], shape[d]);
   }
 
-  Box boxOfShardIndex(const std::vector<int64_t> &index) const {
-    const std::vector<int64_t> &shape = layout->shape();
+  Box boxOfShard(int64_t shard) const {
     Box box;
     box.lo.resize(shape.size());
     box.hi.resize(shape.size());
-    for (size_t d = 0; d < shape.size(); ++d) {
-      box.lo[d] = std::min(index[d] * tileExtent[d], shape[d]);
-      box.hi[d] = std::min((index[d] + 1) * tileExtent[d], shape[d]);
+    for (size_t d = shape.size(); d-- > 0;) {
+      int64_t index = shard % numShards[d];
+      shard /= numShards[d];
+      box.lo[d] = lo(d, index);
+      box.hi[d] = hi(d, index);
     }
     return box;
   }
 
-  Box boxOfTile(int64_t tile) const {
-    return boxOfShardIndex(shardIndexOf(tile));
+  /// Elements of `box` inside shard `shard`, without building the shard box.
+  int64_t overlap(const Box &box, int64_t shard) const {
+    int64_t elements = 1;
+    for (size_t d = shape.size(); d-- > 0;) {
+      int64_t index = shard % numShards[d];
+      shard /= numShards[d];
+      int64_t extent =
+          std::min(box.hi[d], hi(d, index)) - std::max(box.lo[d], lo(d, index));
+      if (extent <= 0)
+        return 0;
+      elements *= extent;
+    }
+    return elements;
   }
+};
+
+/// Per-device integer counters over dense device numbers that can be
+/// cleared in time proportional to the entries touched.
+class DenseCounter {
+public:
+  explicit DenseCounter(int32_t size) : value_(size, 0), seen_(size, 0) {}
+  int64_t &operator[](int32_t dense) {
+    if (!seen_[dense]) {
+      seen_[dense] = 1;
+      touched_.push_back(dense);
+    }
+    return value_[dense];
+  }
+  /// Dense numbers touched since the last clear, in first-touch order.
+  const std::vector<int32_t> &entries() const { return touched_; }
+  void clear() {
+    for (int32_t dense : touched_) {
+      value_[dense] = 0;
+      seen_[dense] = 0;
+    }
+    touched_.clear();
+  }
+
+private:
+  std::vector<int64_t> value_;
+  std::vector<char> seen_;
+  std::vector<int32_t> touched_;
 };
 
 //===----------------------------------------------------------------------===//
@@ -223,171 +287,263 @@ struct TileGrid {
 
 /// What the classifier may know about devices beyond the transfers.
 struct ClassifyContext {
-  /// Destination box of each destination device.
-  const absl::flat_hash_map<int64_t, Box> *destinationBox = nullptr;
-  /// Devices that keep part of their data with a local copy.
-  const absl::flat_hash_set<int64_t> *keepsLocal = nullptr;
+  const DeviceIndex *index = nullptr;
+  /// Destination box by dense device number; null for devices that are not
+  /// in the destination mesh.
+  std::vector<const Box *> destinationBox;
+  /// By dense device number: the device keeps part of its own data.
+  std::vector<char> keepsLocal;
 };
 
-/// Union-find over device ids.
-class DeviceUnion {
+/// Groups transfers into steps. Components of the communication graph that
+/// are exactly an AllGather stay whole; otherwise every multi-destination
+/// transfer is a Broadcast and the point-to-point rest is classified per
+/// connected component (AllToAll, CollectivePermute, else SendRecv). All
+/// permute components of one call become one CollectivePermute step.
+///
+/// Reused across calls: its per-device arrays are reset by generation
+/// stamps, so a call costs time in its transfers, not in the device count.
+class Classifier {
 public:
-  int32_t indexOf(int64_t device) {
-    auto [it, inserted] = index_.try_emplace(device, parent_.size());
-    if (inserted)
-      parent_.push_back(static_cast<int32_t>(parent_.size()));
-    return it->second;
+  explicit Classifier(const ClassifyContext &context)
+      : context_(context), parent_(context.index->size()),
+        ufStamp_(context.index->size(), 0),
+        componentStamp_(context.index->size(), 0),
+        componentIndex_(context.index->size()), mark_(context.index->size(), 0),
+        firstOut_(context.index->size()), firstIn_(context.index->size()) {}
+
+  /// `mayRepeatPairs`: one (sender, receiver) pair may carry several
+  /// transfers (sub-boxes of a split transfer in one chunk).
+  std::vector<Step> run(std::vector<Transfer> transfers, bool mayRepeatPairs) {
+    std::vector<Step> steps;
+    Step permute{StepKind::CollectivePermute, 0, {}, {}};
+    size_t permuteSlot = SIZE_MAX;
+    std::vector<int32_t> all(transfers.size());
+    std::iota(all.begin(), all.end(), 0);
+
+    for (const std::vector<int32_t> &component : components(transfers, all)) {
+      std::vector<int32_t> members = membersOf(transfers, component);
+      if (isAllGather(transfers, component, members)) {
+        steps.push_back(
+            makeStep(StepKind::AllGather, members, transfers, component));
+        continue;
+      }
+      std::vector<int32_t> pointToPoint;
+      for (int32_t t : component) {
+        if (transfers[t].dstDevices.size() == 1) {
+          pointToPoint.push_back(t);
+          continue;
+        }
+        Step broadcast{StepKind::Broadcast, 0, transfers[t].dstDevices, {}};
+        broadcast.devices.insert(std::lower_bound(broadcast.devices.begin(),
+                                                  broadcast.devices.end(),
+                                                  transfers[t].srcDevice),
+                                 transfers[t].srcDevice);
+        broadcast.transfers.push_back(std::move(transfers[t]));
+        steps.push_back(std::move(broadcast));
+      }
+      // Without broadcasts the component is its own only part.
+      bool whole = pointToPoint.size() == component.size();
+      std::vector<std::vector<int32_t>> parts;
+      if (whole)
+        parts.push_back(std::move(pointToPoint));
+      else
+        parts = components(transfers, pointToPoint);
+      for (const std::vector<int32_t> &part : parts) {
+        std::vector<int32_t> partMembers =
+            whole ? members : membersOf(transfers, part);
+        StepKind kind =
+            classifyPointToPoint(transfers, part, partMembers, mayRepeatPairs);
+        if (kind != StepKind::CollectivePermute) {
+          steps.push_back(makeStep(kind, partMembers, transfers, part));
+          continue;
+        }
+        if (permuteSlot == SIZE_MAX) {
+          permuteSlot = steps.size();
+          steps.emplace_back();
+        }
+        for (int32_t t : part)
+          permute.transfers.push_back(std::move(transfers[t]));
+      }
+    }
+    if (permuteSlot != SIZE_MAX) {
+      permute.devices = devicesOf(permute.transfers);
+      steps[permuteSlot] = std::move(permute);
+    }
+    return steps;
   }
+
+private:
+  int32_t dense(int64_t id) const { return context_.index->at(id); }
+
   int32_t find(int32_t x) {
+    if (ufStamp_[x] != generation_) {
+      ufStamp_[x] = generation_;
+      parent_[x] = x;
+      return x;
+    }
     while (parent_[x] != x) {
       parent_[x] = parent_[parent_[x]];
       x = parent_[x];
     }
     return x;
   }
-  void unite(int64_t a, int64_t b) {
-    int32_t ra = find(indexOf(a)), rb = find(indexOf(b));
-    if (ra != rb)
-      parent_[std::max(ra, rb)] = std::min(ra, rb);
+
+  /// Connected components of the transfers `subset`, as lists of transfer
+  /// indices in order of first appearance.
+  std::vector<std::vector<int32_t>>
+  components(const std::vector<Transfer> &transfers,
+             const std::vector<int32_t> &subset) {
+    ++generation_;
+    for (int32_t t : subset) {
+      int32_t src = find(dense(transfers[t].srcDevice));
+      for (int64_t id : transfers[t].dstDevices) {
+        int32_t dst = find(dense(id));
+        if (src != dst) {
+          parent_[std::max(src, dst)] = std::min(src, dst);
+          src = std::min(src, dst);
+        }
+      }
+    }
+    std::vector<std::vector<int32_t>> result;
+    for (int32_t t : subset) {
+      int32_t root = find(dense(transfers[t].srcDevice));
+      if (componentStamp_[root] != generation_) {
+        componentStamp_[root] = generation_;
+        componentIndex_[root] = static_cast<int32_t>(result.size());
+        result.emplace_back();
+      }
+      result[componentIndex_[root]].push_back(t);
+    }
+    return result;
   }
-  int32_t componentOf(int64_t device) { return find(indexOf(device)); }
 
-private:
-  absl::flat_hash_map<int64_t, int32_t> index_;
-  std::vector<int32_t> parent_;
-};
-
-/// Splits transfers into connected components (by shared devices), keeping
-/// the order of first appearance.
-std::vector<std::vector<Transfer>>
-connectedComponents(std::vector<Transfer> transfers) {
-  DeviceUnion uf;
-  for (const Transfer &transfer : transfers)
-    for (int64_t dst : transfer.dstDevices)
-      uf.unite(transfer.srcDevice, dst);
-  absl::flat_hash_map<int32_t, size_t> componentIndex;
-  std::vector<std::vector<Transfer>> components;
-  for (Transfer &transfer : transfers) {
-    int32_t root = uf.componentOf(transfer.srcDevice);
-    auto [it, inserted] = componentIndex.try_emplace(root, components.size());
-    if (inserted)
-      components.emplace_back();
-    components[it->second].push_back(std::move(transfer));
+  /// Distinct dense endpoints of the transfers `subset`.
+  std::vector<int32_t> membersOf(const std::vector<Transfer> &transfers,
+                                 const std::vector<int32_t> &subset) {
+    ++markGeneration_;
+    std::vector<int32_t> members;
+    auto visit = [&](int64_t id) {
+      int32_t d = dense(id);
+      if (mark_[d] != markGeneration_) {
+        mark_[d] = markGeneration_;
+        members.push_back(d);
+      }
+    };
+    for (int32_t t : subset) {
+      visit(transfers[t].srcDevice);
+      for (int64_t id : transfers[t].dstDevices)
+        visit(id);
+    }
+    return members;
   }
-  return components;
-}
 
-/// AllGather: at least two senders; every transfer goes from its sender to
-/// every other member; every member's destination box contains every
-/// transferred box (so after the step each member holds the union).
-bool isAllGather(const std::vector<Transfer> &transfers,
-                 const std::vector<int64_t> &members,
-                 const ClassifyContext &context) {
-  size_t n = members.size();
-  if (n < 2)
-    return false;
-  absl::flat_hash_set<int64_t> senders;
-  Box bound;
-  for (const Transfer &transfer : transfers) {
-    if (transfer.dstDevices.size() != n - 1)
+  Step makeStep(StepKind kind, const std::vector<int32_t> &members,
+                std::vector<Transfer> &transfers,
+                const std::vector<int32_t> &subset) {
+    Step step{kind, 0, {}, {}};
+    step.devices.reserve(members.size());
+    for (int32_t d : members)
+      step.devices.push_back(context_.index->idAt(d));
+    std::sort(step.devices.begin(), step.devices.end());
+    // One step often takes every transfer, in order: take the vector.
+    if (subset.size() == transfers.size() && !transfers.empty() &&
+        subset.front() == 0 &&
+        static_cast<size_t>(subset.back()) + 1 == subset.size()) {
+      step.transfers = std::move(transfers);
+      transfers.clear();
+      return step;
+    }
+    step.transfers.reserve(subset.size());
+    for (int32_t t : subset)
+      step.transfers.push_back(std::move(transfers[t]));
+    return step;
+  }
+
+  /// At least two senders; every transfer goes from its sender to every
+  /// other member; every member's destination box contains every box sent
+  /// (so after the step each member holds the union).
+  bool isAllGather(const std::vector<Transfer> &transfers,
+                   const std::vector<int32_t> &subset,
+                   const std::vector<int32_t> &members) {
+    size_t n = members.size();
+    if (n < 2)
       return false;
-    senders.insert(transfer.srcDevice);
-    if (bound.lo.empty() && bound.hi.empty()) {
-      bound = transfer.box;
-    } else {
+    ++markGeneration_;
+    int senders = 0;
+    Box bound = transfers[subset.front()].box;
+    for (int32_t t : subset) {
+      const Transfer &transfer = transfers[t];
+      if (transfer.dstDevices.size() != n - 1)
+        return false;
+      int32_t src = dense(transfer.srcDevice);
+      if (mark_[src] != markGeneration_) {
+        mark_[src] = markGeneration_;
+        ++senders;
+      }
       for (size_t d = 0; d < bound.lo.size(); ++d) {
         bound.lo[d] = std::min(bound.lo[d], transfer.box.lo[d]);
         bound.hi[d] = std::max(bound.hi[d], transfer.box.hi[d]);
       }
     }
-  }
-  if (senders.size() < 2)
-    return false;
-  for (int64_t member : members) {
-    auto it = context.destinationBox->find(member);
-    if (it == context.destinationBox->end() || !boxContains(it->second, bound))
+    if (senders < 2)
       return false;
+    for (int32_t member : members) {
+      const Box *box = context_.destinationBox[member];
+      if (!box || !boxContains(*box, bound))
+        return false;
+    }
+    return true;
   }
-  return true;
-}
 
-/// Classifies reshard transfers (all non-local, phase 0, overwrite) into
-/// steps. Components that are exactly an AllGather stay whole; otherwise
-/// every multi-destination transfer is a Broadcast and the point-to-point
-/// rest is classified per connected component. All CollectivePermute
-/// components become one step.
-std::vector<Step> classify(std::vector<Transfer> transfers,
-                           const ClassifyContext &context) {
-  std::vector<Step> steps;
-  Step permute;
-  permute.kind = StepKind::CollectivePermute;
-  size_t permuteSlot = SIZE_MAX;
+  StepKind classifyPointToPoint(const std::vector<Transfer> &transfers,
+                                const std::vector<int32_t> &part,
+                                const std::vector<int32_t> &members,
+                                bool mayRepeatPairs) {
+    size_t n = members.size();
+    size_t pairs = part.size();
+    if (mayRepeatPairs) {
+      absl::flat_hash_set<std::pair<int64_t, int64_t>> distinct;
+      for (int32_t t : part)
+        distinct.insert(
+            {transfers[t].srcDevice, transfers[t].dstDevices.front()});
+      pairs = distinct.size();
+    }
+    bool allKeep = true;
+    for (int32_t member : members) {
+      firstOut_[member] = firstIn_[member] = -1;
+      allKeep &= context_.keepsLocal[member] != 0;
+    }
+    bool isPermutation = true;
+    for (int32_t t : part) {
+      int32_t src = dense(transfers[t].srcDevice);
+      int32_t dst = dense(transfers[t].dstDevices.front());
+      if (firstOut_[src] < 0)
+        firstOut_[src] = dst;
+      if (firstIn_[dst] < 0)
+        firstIn_[dst] = src;
+      isPermutation &= firstOut_[src] == dst && firstIn_[dst] == src;
+    }
+    // Two devices swapping data are an all-to-all when each keeps part of
+    // its own data (an axis moved between dims), a permute otherwise.
+    if (n >= 2 && pairs == n * (n - 1) && (n >= 3 || allKeep))
+      return StepKind::AllToAll;
+    if (isPermutation)
+      return StepKind::CollectivePermute;
+    return StepKind::SendRecv;
+  }
 
-  for (std::vector<Transfer> &component :
-       connectedComponents(std::move(transfers))) {
-    std::vector<int64_t> members = devicesOf(component);
-    if (isAllGather(component, members, context)) {
-      steps.push_back(
-          {StepKind::AllGather, 0, std::move(members), std::move(component)});
-      continue;
-    }
-    std::vector<Transfer> pointToPoint;
-    for (Transfer &transfer : component) {
-      if (transfer.dstDevices.size() > 1) {
-        Step broadcast{StepKind::Broadcast, 0, {}, {}};
-        broadcast.transfers.push_back(std::move(transfer));
-        broadcast.devices = devicesOf(broadcast.transfers);
-        steps.push_back(std::move(broadcast));
-      } else {
-        pointToPoint.push_back(std::move(transfer));
-      }
-    }
-    for (std::vector<Transfer> &part :
-         connectedComponents(std::move(pointToPoint))) {
-      std::vector<int64_t> partMembers = devicesOf(part);
-      size_t n = partMembers.size();
-      absl::flat_hash_set<std::pair<int64_t, int64_t>> pairs;
-      absl::flat_hash_map<int64_t, absl::flat_hash_set<int64_t>> sendsTo,
-          receivesFrom;
-      for (const Transfer &transfer : part) {
-        int64_t dst = transfer.dstDevices.front();
-        pairs.insert({transfer.srcDevice, dst});
-        sendsTo[transfer.srcDevice].insert(dst);
-        receivesFrom[dst].insert(transfer.srcDevice);
-      }
-      bool allPairs = pairs.size() == n * (n - 1);
-      bool allKeep = true;
-      for (int64_t member : partMembers)
-        allKeep &= context.keepsLocal->contains(member);
-      bool isPermutation = true;
-      for (const auto &entry : sendsTo)
-        isPermutation &= entry.second.size() <= 1;
-      for (const auto &entry : receivesFrom)
-        isPermutation &= entry.second.size() <= 1;
-      // Two devices swapping data are an all-to-all when each keeps part of
-      // its own data (an axis moved between dims), a permute otherwise.
-      if (n >= 2 && allPairs && (n >= 3 || allKeep)) {
-        steps.push_back(
-            {StepKind::AllToAll, 0, std::move(partMembers), std::move(part)});
-      } else if (isPermutation) {
-        if (permuteSlot == SIZE_MAX) {
-          permuteSlot = steps.size();
-          steps.emplace_back();
-        }
-        for (Transfer &transfer : part)
-          permute.transfers.push_back(std::move(transfer));
-      } else {
-        steps.push_back(
-            {StepKind::SendRecv, 0, std::move(partMembers), std::move(part)});
-      }
-    }
-  }
-  if (permuteSlot != SIZE_MAX) {
-    permute.devices = devicesOf(permute.transfers);
-    steps[permuteSlot] = std::move(permute);
-  }
-  return steps;
-}
+  const ClassifyContext &context_;
+  uint32_t generation_ = 0;
+  uint32_t markGeneration_ = 0;
+  std::vector<int32_t> parent_;
+  std::vector<uint32_t> ufStamp_;
+  std::vector<uint32_t> componentStamp_;
+  std::vector<int32_t> componentIndex_;
+  std::vector<uint32_t> mark_;
+  std::vector<int32_t> firstOut_;
+  std::vector<int32_t> firstIn_;
+};
 
 //===----------------------------------------------------------------------===//
 // Reduction phase
@@ -557,27 +713,38 @@ struct ReshardPhase {
   std::vector<Transfer> zeroFills;
   std::vector<Transfer> transfers;
   int64_t lowerBoundElements = 0;
-  absl::flat_hash_map<int64_t, Box> destinationBox;
-  absl::flat_hash_set<int64_t> keepsLocal;
+  /// Destination boxes by destination shard, for the classifier.
+  std::vector<Box> destinationShardBox;
+  /// By dense device number: destination shard, or -1.
+  std::vector<int64_t> destinationShard;
+  /// By dense device number: keeps part of its own data.
+  std::vector<char> keepsLocal;
 };
 
-/// One (destination device, piece) need served by some holder of a tile.
+/// One (receiver, piece) need, served by one holder of the piece's tile.
 struct Item {
   int32_t piece;
   int32_t holder;
+  int32_t receiverDense;
   int64_t receiver;
-  int64_t elements;
+};
+
+/// A needing device of a destination tile.
+struct Needer {
+  int64_t id;
+  int32_t dense;
 };
 
 /// Assigns each item of one source tile to a holder. First the natural
-/// pairing: a receiver that is a source device takes the holder of the same
+/// pairing: a receiver that is a source device takes the holder of its own
 /// replica rank (same coordinates on the replicating axes, so same-mesh
 /// gathers follow mesh axes); other receivers take holders round-robin. If
 /// that leaves the busiest holder more than one item above the mean, fall
-/// back to greedy least-loaded assignment of the largest items first, which
-/// bounds the busiest holder by mean + largest item.
+/// back to greedy least-loaded assignment, largest items first, which bounds
+/// the busiest holder by the mean plus the largest item.
 void assignHolders(std::vector<Item> &items, int64_t numHolders,
-                   const absl::flat_hash_map<int64_t, int32_t> &replicaRank) {
+                   const std::vector<int64_t> &pieceElements,
+                   const std::vector<int32_t> &replicaRank) {
   if (numHolders == 1) {
     for (Item &item : items)
       item.holder = 0;
@@ -586,12 +753,14 @@ void assignHolders(std::vector<Item> &items, int64_t numHolders,
   std::vector<int64_t> load(numHolders, 0);
   int64_t total = 0, largest = 0, roundRobin = 0;
   for (Item &item : items) {
-    auto it = replicaRank.find(item.receiver);
-    int64_t rank = it != replicaRank.end() ? it->second : roundRobin++;
+    int64_t rank = replicaRank[item.receiverDense];
+    if (rank < 0)
+      rank = roundRobin++;
     item.holder = static_cast<int32_t>(rank % numHolders);
-    load[item.holder] += item.elements;
-    total += item.elements;
-    largest = std::max(largest, item.elements);
+    int64_t elements = pieceElements[item.piece];
+    load[item.holder] += elements;
+    total += elements;
+    largest = std::max(largest, elements);
   }
   int64_t busiest = *std::max_element(load.begin(), load.end());
   if (static_cast<__int128>(busiest) * numHolders <=
@@ -602,7 +771,7 @@ void assignHolders(std::vector<Item> &items, int64_t numHolders,
   std::vector<size_t> order(items.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return items[a].elements > items[b].elements;
+    return pieceElements[items[a].piece] > pieceElements[items[b].piece];
   });
   using Entry = std::pair<int64_t, int32_t>;
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
@@ -612,146 +781,183 @@ void assignHolders(std::vector<Item> &items, int64_t numHolders,
     auto [holderLoad, holder] = heap.top();
     heap.pop();
     items[index].holder = holder;
-    heap.push({holderLoad + items[index].elements, holder});
+    heap.push({holderLoad + pieceElements[items[index].piece], holder});
   }
 }
 
 ReshardPhase planReshardPhase(const TensorLayout &from, const TensorLayout &to,
-                              const UnreducedSplit &split,
-                              int64_t elementBytes) {
+                              const UnreducedSplit &split, int64_t elementBytes,
+                              const DeviceIndex &index) {
   ReshardPhase phase;
   TileGrid src(from, split.kept), dst(to, split.kept);
+  int32_t numDense = index.size();
+  size_t rank = to.shape().size();
 
   // Source tiles: holders in mesh-position order, so the rank of a device
   // among its tile's holders is the same for every tile (it is the device's
   // coordinate over the replicating axes).
   std::vector<std::vector<int64_t>> holders(src.numTiles());
-  absl::flat_hash_map<int64_t, int64_t> sourceTile;
-  absl::flat_hash_map<int64_t, int32_t> replicaRank;
+  std::vector<int64_t> sourceTile(numDense, -1);
+  std::vector<int32_t> replicaRank(numDense, -1);
   for (int64_t p = 0, e = from.numDevices(); p < e; ++p) {
-    int64_t device = from.mesh().deviceAt(p);
-    int64_t tile = src.tileOfPosition(p);
-    sourceTile[device] = tile;
-    replicaRank[device] = static_cast<int32_t>(holders[tile].size());
-    holders[tile].push_back(device);
+    int64_t id = from.mesh().deviceAt(p);
+    int32_t d = index.at(id);
+    int64_t tile = src.tileOf(p);
+    sourceTile[d] = tile;
+    replicaRank[d] = static_cast<int32_t>(holders[tile].size());
+    holders[tile].push_back(id);
   }
 
   // Destination tiles, and the devices that get zeros instead of data.
-  std::vector<std::vector<int64_t>> needers(dst.numTiles());
+  std::vector<Digit> freshDigits;
+  for (const AxisRef &ref : split.fresh)
+    freshDigits.push_back(digitOf(to.mesh(), ref));
+  phase.destinationShardBox.reserve(dst.totalShards);
+  for (int64_t shard = 0; shard < dst.totalShards; ++shard)
+    phase.destinationShardBox.push_back(dst.boxOfShard(shard));
+  phase.destinationShard.assign(numDense, -1);
+  phase.keepsLocal.assign(numDense, 0);
+  std::vector<std::vector<Needer>> needers(dst.numTiles());
   for (int64_t p = 0, e = to.numDevices(); p < e; ++p) {
-    int64_t device = to.mesh().deviceAt(p);
-    Box box = to.boxAtPosition(p);
+    int64_t id = to.mesh().deviceAt(p);
+    int32_t d = index.at(id);
+    int64_t tile = dst.tileOf(p);
+    int64_t shard = tile % dst.totalShards;
+    phase.destinationShard[d] = shard;
     bool zero = false;
-    if (!split.fresh.empty()) {
-      std::vector<int64_t> coords = to.mesh().coordinates(p);
-      for (const AxisRef &ref : split.fresh)
-        zero |= ref.coordinate(to.mesh(), coords) != 0;
+    for (const Digit &digit : freshDigits)
+      zero |= digit.of(p) != 0;
+    if (!zero) {
+      needers[tile].push_back({id, d});
+      continue;
     }
-    if (zero) {
-      if (!box.empty())
-        phase.zeroFills.push_back(
-            {device, {device}, box, box.numElements() * elementBytes});
-    } else {
-      needers[dst.tileOfPosition(p)].push_back(device);
-    }
-    phase.destinationBox.emplace(device, std::move(box));
+    const Box &box = phase.destinationShardBox[shard];
+    if (!box.empty())
+      phase.zeroFills.push_back(
+          {id, {id}, box, box.numElements() * elementBytes});
   }
 
   // Lower bound, from the layouts alone: every device must receive the part
-  // of its box it does not hold (with the same partial key).
+  // of its box it does not hold (holding the same partial).
   for (int64_t tile = 0; tile < dst.numTiles(); ++tile) {
-    if (needers[tile].empty())
-      continue;
-    Box box = dst.boxOfTile(tile);
+    const Box &box = phase.destinationShardBox[tile % dst.totalShards];
     int64_t key = tile / dst.totalShards;
-    for (int64_t device : needers[tile]) {
-      int64_t held = 0;
-      auto it = sourceTile.find(device);
-      if (it != sourceTile.end() && it->second / src.totalShards == key)
-        held = box.intersect(src.boxOfTile(it->second)).numElements();
+    for (const Needer &needer : needers[tile]) {
+      int64_t held = 0, own = sourceTile[needer.dense];
+      if (own >= 0 && own / src.totalShards == key)
+        held = src.overlap(box, own % src.totalShards);
       phase.lowerBoundElements += box.numElements() - held;
     }
   }
 
   // Intersect each destination tile with the source tiles of the same key
   // that overlap it: per dim a contiguous range of source shard indices.
+  // Items of one source tile come out grouped by piece, receivers in id
+  // order.
   std::vector<Box> pieces;
+  std::vector<int64_t> pieceElements;
   std::vector<std::vector<Item>> itemsOfTile(src.numTiles());
-  size_t rank = to.shape().size();
+  std::vector<int64_t> first(rank), last(rank), at(rank);
   for (int64_t tile = 0; tile < dst.numTiles(); ++tile) {
-    if (needers[tile].empty())
+    std::vector<Needer> &need = needers[tile];
+    const Box &box = phase.destinationShardBox[tile % dst.totalShards];
+    if (need.empty() || box.empty())
       continue;
-    Box box = dst.boxOfTile(tile);
-    if (box.empty())
-      continue;
+    std::sort(need.begin(), need.end(),
+              [](const Needer &a, const Needer &b) { return a.id < b.id; });
     int64_t key = tile / dst.totalShards;
-    std::vector<int64_t> first(rank), last(rank);
     for (size_t d = 0; d < rank; ++d) {
       first[d] = box.lo[d] / src.tileExtent[d];
       last[d] =
           std::min((box.hi[d] - 1) / src.tileExtent[d], src.numShards[d] - 1);
     }
-    std::vector<int64_t> index = first;
+    at = first;
     while (true) {
       int64_t shard = 0;
-      for (size_t d = 0; d < rank; ++d)
-        shard = shard * src.numShards[d] + index[d];
+      Box piece{std::vector<int64_t>(rank), std::vector<int64_t>(rank)};
+      for (size_t d = 0; d < rank; ++d) {
+        shard = shard * src.numShards[d] + at[d];
+        piece.lo[d] = std::max(box.lo[d], src.lo(d, at[d]));
+        piece.hi[d] = std::min(box.hi[d], src.hi(d, at[d]));
+      }
       int64_t srcTile = key * src.totalShards + shard;
-      Box piece = box.intersect(src.boxOfShardIndex(index));
-      if (!piece.empty()) {
+      int64_t elements = piece.numElements();
+      if (elements > 0) {
         int32_t pieceId = static_cast<int32_t>(pieces.size());
-        int64_t elements = piece.numElements();
-        for (int64_t device : needers[tile]) {
-          auto it = sourceTile.find(device);
-          if (it != sourceTile.end() && it->second == srcTile) {
+        std::vector<Item> &items = itemsOfTile[srcTile];
+        for (const Needer &needer : need) {
+          if (sourceTile[needer.dense] == srcTile) {
             phase.localCopies.push_back(
-                {device, {device}, piece, elements * elementBytes});
-            phase.keepsLocal.insert(device);
+                {needer.id, {needer.id}, piece, elements * elementBytes});
+            phase.keepsLocal[needer.dense] = 1;
           } else {
-            itemsOfTile[srcTile].push_back({pieceId, 0, device, elements});
+            items.push_back({pieceId, 0, needer.dense, needer.id});
           }
         }
         pieces.push_back(std::move(piece));
+        pieceElements.push_back(elements);
       }
       size_t d = rank;
-      while (d > 0) {
+      while (d > 0 && ++at[d - 1] > last[d - 1]) {
+        at[d - 1] = first[d - 1];
         --d;
-        if (++index[d] <= last[d])
-          break;
-        index[d] = first[d];
-        if (d == 0) {
-          d = SIZE_MAX;
-          break;
-        }
       }
-      if (rank == 0 || d == SIZE_MAX)
+      if (d == 0)
         break;
     }
   }
 
   // Choose senders, then merge the receivers of one piece from one sender
   // into one (multi-destination) transfer.
+  size_t numTransfers = 0;
   for (int64_t tile = 0; tile < src.numTiles(); ++tile) {
     std::vector<Item> &items = itemsOfTile[tile];
     if (items.empty())
       continue;
+    int64_t numHolders = static_cast<int64_t>(holders[tile].size());
+    assignHolders(items, numHolders, pieceElements, replicaRank);
+    for (size_t begin = 0; begin < items.size();) {
+      size_t end = begin;
+      while (end < items.size() && items[end].piece == items[begin].piece)
+        ++end;
+      // Group the run by holder, keeping receivers in id order.
+      if (numHolders > 1)
+        std::stable_sort(
+            items.begin() + begin, items.begin() + end,
+            [](const Item &a, const Item &b) { return a.holder < b.holder; });
+      for (size_t i = begin; i < end; ++i)
+        numTransfers += i == begin || items[i].holder != items[i - 1].holder;
+      begin = end;
+    }
+  }
+  phase.transfers.reserve(numTransfers);
+  for (int64_t tile = 0; tile < src.numTiles(); ++tile) {
+    const std::vector<Item> &items = itemsOfTile[tile];
     const std::vector<int64_t> &tileHolders = holders[tile];
-    assignHolders(items, static_cast<int64_t>(tileHolders.size()), replicaRank);
-    std::sort(items.begin(), items.end(), [](const Item &a, const Item &b) {
-      return std::tie(a.piece, a.holder, a.receiver) <
-             std::tie(b.piece, b.holder, b.receiver);
-    });
-    for (size_t i = 0; i < items.size();) {
-      size_t j = i;
-      Transfer transfer;
-      transfer.srcDevice = tileHolders[items[i].holder];
-      transfer.box = pieces[items[i].piece];
-      transfer.bytes = items[i].elements * elementBytes;
-      while (j < items.size() && items[j].piece == items[i].piece &&
-             items[j].holder == items[i].holder)
-        transfer.dstDevices.push_back(items[j++].receiver);
-      phase.transfers.push_back(std::move(transfer));
-      i = j;
+    for (size_t begin = 0; begin < items.size();) {
+      size_t end = begin;
+      while (end < items.size() && items[end].piece == items[begin].piece)
+        ++end;
+      int32_t pieceId = items[begin].piece;
+      for (size_t i = begin; i < end;) {
+        size_t j = i;
+        while (j < end && items[j].holder == items[i].holder)
+          ++j;
+        Transfer transfer;
+        transfer.srcDevice = tileHolders[items[i].holder];
+        transfer.dstDevices.reserve(j - i);
+        for (size_t k = i; k < j; ++k)
+          transfer.dstDevices.push_back(items[k].receiver);
+        transfer.bytes = pieceElements[pieceId] * elementBytes;
+        // A piece is used by this run only: its last transfer takes it.
+        if (j == end)
+          transfer.box = std::move(pieces[pieceId]);
+        else
+          transfer.box = pieces[pieceId];
+        phase.transfers.push_back(std::move(transfer));
+        i = j;
+      }
+      begin = end;
     }
   }
   return phase;
@@ -761,36 +967,31 @@ ReshardPhase planReshardPhase(const TensorLayout &from, const TensorLayout &to,
 // Chunking under a memory limit
 //===----------------------------------------------------------------------===//
 
-/// Staging bytes each device needs for `transfers`: the sender packs each
-/// box once, every receiver unpacks it once.
-absl::flat_hash_map<int64_t, int64_t>
-stagingOf(const std::vector<Transfer> &transfers) {
-  absl::flat_hash_map<int64_t, int64_t> usage;
-  for (const Transfer &transfer : transfers) {
-    if (transfer.isLocal())
-      continue;
-    usage[transfer.srcDevice] += transfer.bytes;
-    for (int64_t dst : transfer.dstDevices)
-      usage[dst] += transfer.bytes;
-  }
-  return usage;
-}
-
 Transfer withBox(const Transfer &transfer, Box box, int64_t elementBytes) {
-  Transfer part = transfer;
+  Transfer part;
+  part.srcDevice = transfer.srcDevice;
+  part.dstDevices = transfer.dstDevices;
   part.bytes = box.numElements() * elementBytes;
   part.box = std::move(box);
+  part.srcBuffer = transfer.srcBuffer;
+  part.dstBuffer = transfer.dstBuffer;
+  part.accumulate = transfer.accumulate;
+  part.phase = transfer.phase;
   return part;
 }
 
+bool isReduction(StepKind kind) {
+  return kind == StepKind::AllReduce || kind == StepKind::ReduceScatter;
+}
+
 /// Assigns the steps of one phase to chunks so that no device stages more
-/// than `limit` bytes in any chunk, splitting steps as needed; returns the
-/// chunked steps (chunk indices from `firstChunk`) and advances `nextChunk`
-/// past the last chunk used.
-absl::StatusOr<std::vector<Step>>
-chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
-           const ClassifyContext &context, int64_t firstChunk,
-           int64_t &nextChunk) {
+/// than `limit` bytes in any chunk, splitting steps as needed. Returns the
+/// chunked steps (chunk indices from `firstChunk`) and sets `nextChunk` past
+/// the last chunk used.
+std::vector<Step> chunkSteps(std::vector<Step> steps, int64_t limit,
+                             int64_t elementBytes, const DeviceIndex &index,
+                             Classifier &classifier, int64_t firstChunk,
+                             int64_t &nextChunk) {
   if (steps.empty()) {
     nextChunk = firstChunk;
     return steps;
@@ -804,36 +1005,40 @@ chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
 
   // Next-fit per device: each device's cursor is the last chunk it uses and
   // the staging bytes it has there. A unit goes to the earliest chunk at or
-  // after all its devices' cursors where it fits for every device.
-  absl::flat_hash_map<int64_t, std::pair<int64_t, int64_t>> cursor;
-  // (chunk, step) -> portion of the step's transfers; whole when unsplit.
+  // after its devices' cursors where it fits for every device, so a unit
+  // never runs before a unit placed earlier on a shared device.
+  std::vector<int64_t> cursorChunk(index.size(), 0),
+      cursorBytes(index.size(), 0);
+  DenseCounter usage(index.size());
+  auto stage = [&](const Transfer &transfer) {
+    if (transfer.isLocal())
+      return;
+    usage[index.at(transfer.srcDevice)] += transfer.bytes;
+    for (int64_t id : transfer.dstDevices)
+      usage[index.at(id)] += transfer.bytes;
+  };
+  // (chunk, step) -> that step's transfers in that chunk.
   std::map<std::pair<int64_t, size_t>, std::vector<Transfer>> portions;
-  std::vector<bool> split(steps.size(), false);
-  std::vector<bool> fallback(steps.size(), false);
+  std::vector<char> split(steps.size(), 0), fallback(steps.size(), 0);
   int64_t lastChunk = 0;
 
   auto place = [&](size_t stepIndex, std::vector<Transfer> transfers) {
-    absl::flat_hash_map<int64_t, int64_t> usage = stagingOf(transfers);
+    usage.clear();
+    for (const Transfer &transfer : transfers)
+      stage(transfer);
     int64_t chunk = 0;
-    for (const auto &[device, bytes] : usage) {
-      auto it = cursor.find(device);
-      if (it != cursor.end())
-        chunk = std::max(chunk, it->second.first);
-    }
-    for (const auto &[device, bytes] : usage) {
-      auto it = cursor.find(device);
-      if (it != cursor.end() && it->second.first == chunk &&
-          it->second.second + bytes > limit) {
+    for (int32_t d : usage.entries())
+      chunk = std::max(chunk, cursorChunk[d]);
+    for (int32_t d : usage.entries())
+      if (cursorChunk[d] == chunk && cursorBytes[d] + usage[d] > limit) {
         ++chunk;
         break;
       }
-    }
-    for (const auto &[device, bytes] : usage) {
-      auto &entry = cursor[device];
-      if (entry.first == chunk)
-        entry.second += bytes;
-      else
-        entry = {chunk, bytes};
+    for (int32_t d : usage.entries()) {
+      if (cursorChunk[d] != chunk)
+        cursorBytes[d] = 0;
+      cursorChunk[d] = chunk;
+      cursorBytes[d] += usage[d];
     }
     lastChunk = std::max(lastChunk, chunk);
     std::vector<Transfer> &portion = portions[{chunk, stepIndex}];
@@ -843,24 +1048,27 @@ chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
 
   for (size_t s = 0; s < steps.size(); ++s) {
     Step &step = steps[s];
-    absl::flat_hash_map<int64_t, int64_t> usage = stagingOf(step.transfers);
+    usage.clear();
+    for (const Transfer &transfer : step.transfers)
+      stage(transfer);
     int64_t peak = 0;
-    for (const auto &entry : usage)
-      peak = std::max(peak, entry.second);
+    for (int32_t d : usage.entries())
+      peak = std::max(peak, usage[d]);
     if (peak <= limit) {
       place(s, std::move(step.transfers));
       continue;
     }
-    split[s] = true;
+    split[s] = 1;
     // Uniform split: part j takes sub-box j of every transfer, so each part
-    // keeps the step's pattern. A device with r roles (one per box it packs
-    // or unpacks) stages at most r * maxElements elements per part.
-    absl::flat_hash_map<int64_t, int64_t> roles;
+    // keeps the step's pattern (and a reduction stays self-contained: both
+    // phases of the same sub-boxes). A device with r roles (one per box it
+    // packs or unpacks) stages at most r * maxElements elements per part.
+    usage.clear();
     int64_t maxRoles = 0;
     for (const Transfer &transfer : step.transfers) {
-      maxRoles = std::max(maxRoles, ++roles[transfer.srcDevice]);
-      for (int64_t dst : transfer.dstDevices)
-        maxRoles = std::max(maxRoles, ++roles[dst]);
+      maxRoles = std::max(maxRoles, ++usage[index.at(transfer.srcDevice)]);
+      for (int64_t id : transfer.dstDevices)
+        maxRoles = std::max(maxRoles, ++usage[index.at(id)]);
     }
     int64_t maxElements = limit / (elementBytes * maxRoles);
     if (maxElements >= 1) {
@@ -874,18 +1082,17 @@ chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
         std::vector<Transfer> part;
         for (size_t t = 0; t < step.transfers.size(); ++t)
           if (j < subBoxes[t].size())
-            part.push_back(
-                withBox(step.transfers[t], subBoxes[t][j], elementBytes));
+            part.push_back(withBox(step.transfers[t], std::move(subBoxes[t][j]),
+                                   elementBytes));
         place(s, std::move(part));
       }
       continue;
     }
-    // Too many peers for a uniform split: move transfer by transfer. For a
-    // reduction this stays correct because units are placed in step order
-    // (phase 0 before phase 1) and a unit never goes to an earlier chunk
-    // than a unit placed before it on a shared device; the pieces of the
-    // collective become grouped send/recv with accumulation.
-    fallback[s] = true;
+    // Too many peers for a uniform split: move transfer by transfer. A
+    // reduction stays correct because units are placed in step order (phase
+    // 0 before phase 1) and never before an earlier unit on a shared device;
+    // its pieces are then grouped send/recv that accumulate.
+    fallback[s] = 1;
     for (const Transfer &transfer : step.transfers)
       for (Box &box : splitBox(transfer.box, limit / elementBytes))
         place(s, {withBox(transfer, std::move(box), elementBytes)});
@@ -895,16 +1102,12 @@ chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
   for (auto &[key, transfers] : portions) {
     auto [chunk, stepIndex] = key;
     const Step &original = steps[stepIndex];
-    bool reduction = original.kind == StepKind::AllReduce ||
-                     original.kind == StepKind::ReduceScatter;
-    if (!split[stepIndex] || reduction) {
+    if (!split[stepIndex] || isReduction(original.kind)) {
       // Phase 1 of an all-reduce must follow phase 0 of the same boxes.
       std::stable_sort(transfers.begin(), transfers.end(),
                        [](const Transfer &a, const Transfer &b) {
                          return a.phase < b.phase;
                        });
-      // Uniform parts of a reduction are the same collective over sub-boxes;
-      // transfer-by-transfer pieces of one are not.
       StepKind kind = fallback[stepIndex] ? StepKind::SendRecv : original.kind;
       Step step{kind, firstChunk + chunk, {}, std::move(transfers)};
       step.devices =
@@ -912,7 +1115,7 @@ chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
       chunked.push_back(std::move(step));
       continue;
     }
-    for (Step &step : classify(std::move(transfers), context)) {
+    for (Step &step : classifier.run(std::move(transfers), true)) {
       step.chunk = firstChunk + chunk;
       chunked.push_back(std::move(step));
     }
@@ -923,10 +1126,11 @@ chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
 
 Step localStep(StepKind kind, std::vector<Transfer> transfers, int64_t chunk) {
   Step step{kind, chunk, {}, std::move(transfers)};
-  std::vector<int64_t> ids;
   for (const Transfer &transfer : step.transfers)
-    ids.push_back(transfer.srcDevice);
-  step.devices = sortedUnique(std::move(ids));
+    step.devices.push_back(transfer.srcDevice);
+  std::sort(step.devices.begin(), step.devices.end());
+  step.devices.erase(std::unique(step.devices.begin(), step.devices.end()),
+                     step.devices.end());
   return step;
 }
 
@@ -971,6 +1175,14 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
     return plan;
   }
 
+  std::vector<int64_t> ids;
+  ids.reserve(source.numDevices() + destination.numDevices());
+  for (int64_t p = 0, e = source.numDevices(); p < e; ++p)
+    ids.push_back(source.mesh().deviceAt(p));
+  for (int64_t p = 0, e = destination.numDevices(); p < e; ++p)
+    ids.push_back(destination.mesh().deviceAt(p));
+  DeviceIndex index(std::move(ids));
+
   UnreducedSplit split = splitUnreduced(source, destination);
   std::vector<Step> reductionSteps;
   const TensorLayout *readLayout = &source;
@@ -988,20 +1200,24 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   }
 
   ReshardPhase reshard =
-      planReshardPhase(*readLayout, destination, split, elementBytes);
+      planReshardPhase(*readLayout, destination, split, elementBytes, index);
   plan.reshardLowerBoundBytes = reshard.lowerBoundElements * elementBytes;
   plan.lowerBoundBytes =
       plan.reductionLowerBoundBytes + plan.reshardLowerBoundBytes;
-  ClassifyContext context{&reshard.destinationBox, &reshard.keepsLocal};
+
+  ClassifyContext context;
+  context.index = &index;
+  context.destinationBox.assign(index.size(), nullptr);
+  for (int32_t d = 0; d < index.size(); ++d)
+    if (reshard.destinationShard[d] >= 0)
+      context.destinationBox[d] =
+          &reshard.destinationShardBox[reshard.destinationShard[d]];
+  context.keepsLocal = std::move(reshard.keepsLocal);
+  Classifier classifier(context);
 
   int64_t nextChunk = 0;
-  absl::StatusOr<std::vector<Step>> reduced =
-      chunkSteps(std::move(reductionSteps), options.memoryLimitBytes,
-                 elementBytes, context, 0, nextChunk);
-  if (!reduced.ok())
-    return reduced.status();
-  plan.steps = std::move(*reduced);
-
+  plan.steps = chunkSteps(std::move(reductionSteps), options.memoryLimitBytes,
+                          elementBytes, index, classifier, 0, nextChunk);
   int64_t reshardChunk = nextChunk;
   if (!reshard.localCopies.empty())
     plan.steps.push_back(localStep(
@@ -1009,12 +1225,12 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   if (!reshard.zeroFills.empty())
     plan.steps.push_back(localStep(StepKind::ZeroFill,
                                    std::move(reshard.zeroFills), reshardChunk));
-  absl::StatusOr<std::vector<Step>> moved = chunkSteps(
-      classify(std::move(reshard.transfers), context), options.memoryLimitBytes,
-      elementBytes, context, reshardChunk, nextChunk);
-  if (!moved.ok())
-    return moved.status();
-  for (Step &step : *moved)
+  std::vector<Step> moved =
+      chunkSteps(classifier.run(std::move(reshard.transfers), false),
+                 options.memoryLimitBytes, elementBytes, index, classifier,
+                 reshardChunk, nextChunk);
+  plan.steps.reserve(plan.steps.size() + moved.size());
+  for (Step &step : moved)
     plan.steps.push_back(std::move(step));
   recomputePlanStats(plan);
   return plan;

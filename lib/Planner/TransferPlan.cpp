@@ -6,7 +6,8 @@
 
 #include "polymesh/Planner/TransferPlan.h"
 
-#include "absl/container/flat_hash_map.h"
+#include "DeviceIndex.h"
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -38,57 +39,95 @@ const char *stepKindName(StepKind kind) {
   return "unknown";
 }
 
+namespace {
+bool recomputeWithIndex(TransferPlan &plan, const DeviceIndex &index);
+} // namespace
+
 void recomputePlanStats(TransferPlan &plan) {
+  // Number the devices from the steps' participant lists, which are much
+  // shorter than the transfers' endpoint lists; a hand-made step whose list
+  // misses an endpoint makes us number the endpoints too.
+  std::vector<int64_t> ids;
+  for (const Step &step : plan.steps)
+    ids.insert(ids.end(), step.devices.begin(), step.devices.end());
+  if (recomputeWithIndex(plan, DeviceIndex(ids)))
+    return;
+  for (const Step &step : plan.steps)
+    for (const Transfer &transfer : step.transfers) {
+      ids.push_back(transfer.srcDevice);
+      ids.insert(ids.end(), transfer.dstDevices.begin(),
+                 transfer.dstDevices.end());
+    }
+  recomputeWithIndex(plan, DeviceIndex(std::move(ids)));
+}
+
+namespace {
+/// Fills the totals; false when a transfer endpoint is not in `index`.
+bool recomputeWithIndex(TransferPlan &plan, const DeviceIndex &index) {
   plan.bytesMoved = 0;
   plan.maxSendBytes = plan.maxRecvBytes = plan.peakTempBytes = 0;
   plan.stepCounts.fill(0);
   plan.numChunks = 0;
+  plan.perDevice.clear();
+  std::vector<DeviceStats> stats(index.size());
+  for (int32_t d = 0; d < index.size(); ++d)
+    stats[d].device = index.idAt(d);
 
-  absl::flat_hash_map<int64_t, DeviceStats> stats;
-  // Staging of the chunk being accumulated; steps are sorted by chunk, but
-  // do not rely on it: key the running sums by (chunk, device).
-  absl::flat_hash_map<std::pair<int64_t, int64_t>, int64_t> staging;
-  auto touch = [&](int64_t device) -> DeviceStats & {
-    DeviceStats &entry = stats[device];
-    entry.device = device;
-    return entry;
+  // Staging of the current chunk; the planner emits steps in chunk order,
+  // and a chunk that reappears later is accounted as a separate one.
+  std::vector<int64_t> staging(index.size(), 0);
+  std::vector<int32_t> touched;
+  auto flush = [&]() {
+    for (int32_t d : touched) {
+      stats[d].peakTempBytes = std::max(stats[d].peakTempBytes, staging[d]);
+      staging[d] = 0;
+    }
+    touched.clear();
   };
+  auto stage = [&](int32_t d, int64_t bytes) {
+    if (staging[d] == 0)
+      touched.push_back(d);
+    staging[d] += bytes;
+  };
+  int64_t chunk = plan.steps.empty() ? 0 : plan.steps.front().chunk;
   for (const Step &step : plan.steps) {
+    if (step.chunk != chunk) {
+      flush();
+      chunk = step.chunk;
+    }
     ++plan.stepCounts[static_cast<int>(step.kind)];
     plan.numChunks = std::max(plan.numChunks, step.chunk + 1);
-    for (int64_t device : step.devices)
-      touch(device);
     for (const Transfer &transfer : step.transfers) {
-      if (transfer.isLocal())
+      if (transfer.isLocal() || transfer.bytes == 0)
         continue;
       int64_t moved = transfer.bytesMoved();
       plan.bytesMoved += moved;
-      touch(transfer.srcDevice).sendBytes += moved;
+      int32_t src = index.at(transfer.srcDevice);
+      if (src < 0)
+        return false;
+      stats[src].sendBytes += moved;
       // The sender packs the box once, whatever the number of receivers.
-      staging[{step.chunk, transfer.srcDevice}] += transfer.bytes;
-      for (int64_t dst : transfer.dstDevices) {
-        touch(dst).recvBytes += transfer.bytes;
-        staging[{step.chunk, dst}] += transfer.bytes;
+      stage(src, transfer.bytes);
+      for (int64_t id : transfer.dstDevices) {
+        int32_t dst = index.at(id);
+        if (dst < 0)
+          return false;
+        stats[dst].recvBytes += transfer.bytes;
+        stage(dst, transfer.bytes);
       }
     }
   }
-  for (const auto &[key, bytes] : staging) {
-    DeviceStats &entry = touch(key.second);
-    entry.peakTempBytes = std::max(entry.peakTempBytes, bytes);
-  }
-  plan.perDevice.clear();
-  plan.perDevice.reserve(stats.size());
-  for (const auto &[device, entry] : stats) {
-    plan.perDevice.push_back(entry);
+  flush();
+  for (const DeviceStats &entry : stats) {
     plan.maxSendBytes = std::max(plan.maxSendBytes, entry.sendBytes);
     plan.maxRecvBytes = std::max(plan.maxRecvBytes, entry.recvBytes);
     plan.peakTempBytes = std::max(plan.peakTempBytes, entry.peakTempBytes);
   }
-  std::sort(plan.perDevice.begin(), plan.perDevice.end(),
-            [](const DeviceStats &a, const DeviceStats &b) {
-              return a.device < b.device;
-            });
+  // Ids were numbered in sorted order, so the stats are sorted by device.
+  plan.perDevice = std::move(stats);
+  return true;
 }
+} // namespace
 
 //===----------------------------------------------------------------------===//
 // Printing
