@@ -53,7 +53,8 @@ std::vector<int64_t> randomFactorization(SplitMix64 &rng, int64_t n,
 int64_t randomDeviceCount(SplitMix64 &rng, int64_t max) {
   static const int64_t kSizes[] = {1, 2, 2, 2, 3, 4, 4, 5, 8};
   int64_t count = 1;
-  int axes = static_cast<int>(rng.uniform(0, 3));
+  // Single devices are legal meshes, but a few percent of them suffice.
+  int axes = rng.chance(8) ? 0 : static_cast<int>(rng.uniform(1, 3));
   for (int i = 0; i < axes; ++i) {
     int64_t size = kSizes[rng.uniform(0, 8)];
     if (count * size <= max)
@@ -200,14 +201,18 @@ ReshardCase randomReshard(SplitMix64 &rng,
   }
   }
 
-  size_t rank = static_cast<size_t>(rng.uniform(0, options.maxRank));
+  // Scalars are device-equivalent on any two meshes with the same devices;
+  // keep them rare so the cases exercise tiles.
+  size_t rank = options.maxRank == 0 || rng.chance(5)
+                    ? 0
+                    : static_cast<size_t>(rng.uniform(1, options.maxRank));
   std::vector<int64_t> shape(rank);
   for (int64_t &extent : shape)
     extent = rng.chance(3) ? 0 : rng.uniform(1, options.maxExtent);
   Sharding srcSharding =
       randomSharding(rng, source, rank, options.allowUnreduced);
   Sharding dstSharding =
-      mode == 0 && rng.chance(30)
+      mode == 0 && rng.chance(15)
           ? srcSharding
           : randomSharding(rng, destination, rank, options.allowUnreduced);
   static const int64_t kElementBytes[] = {1, 2, 4, 8};

@@ -150,16 +150,16 @@ TEST(TransferPlannerProperty, RandomReshards) {
     EXPECT_GT(kinds[k], 0) << stepKindName(static_cast<StepKind>(k));
 }
 
-/// Larger meshes, fewer cases: plans stay exact and balanced at 256 and
-/// 1,024 devices.
+/// Larger meshes, fewer cases: plans stay exact, balanced and correct at 256
+/// and 1,024 devices.
 TEST(TransferPlannerProperty, LargeMeshes) {
   SplitMix64 rng(0xb16);
   for (int64_t devices : {256, 1024}) {
     RandomReshardOptions options;
     options.numDevices = devices;
-    options.maxExtent = 64;
-    options.memoryLimitPercent = 0;
-    for (int i = 0; i < 20; ++i) {
+    options.maxExtent = 16;
+    options.memoryLimitPercent = 20;
+    for (int i = 0; i < 30; ++i) {
       ReshardCase c = randomReshard(rng, options);
       SCOPED_TRACE(describeCase(c));
       absl::StatusOr<TransferPlan> plan =
@@ -168,6 +168,14 @@ TEST(TransferPlannerProperty, LargeMeshes) {
       ASSERT_EQ(plan->bytesMoved, plan->lowerBoundBytes);
       ASSERT_TRUE(balanced(*plan, plan->reducedLayout ? *plan->reducedLayout
                                                       : c.source));
+      if (c.options.memoryLimitBytes > 0) {
+        ASSERT_LE(plan->peakTempBytes, c.options.memoryLimitBytes);
+      }
+      absl::StatusOr<SimulationResult> result =
+          simulatePlan(*plan, c.source, c.destination);
+      ASSERT_TRUE(result.ok()) << result.status();
+      ASSERT_TRUE(checkDestinationBuffers(*result, c.destination).ok());
+      ASSERT_EQ(result->duplicateWrites, 0);
     }
   }
 }

@@ -544,6 +544,69 @@ TEST(TransferPlanner, FormatPlanAndStats) {
   EXPECT_NE(json.find("\"bytes_moved\": 16"), std::string::npos) << json;
 }
 
+TEST(Simulator, CatchesBrokenPlans) {
+  Mesh mesh = makeMesh({{"a", 4}});
+  TensorLayout src = layout(mesh, {{"a"}, {}}, {8, 4});
+  TensorLayout dst = layout(mesh, {{}, {}}, {8, 4});
+  TransferPlan plan = planAndCheck(src, dst);
+  auto gathers = stepsOf(plan, StepKind::AllGather);
+  ASSERT_EQ(gathers.size(), 1u);
+  size_t index = gathers[0] - plan.steps.data();
+
+  // A receiver left out keeps unset elements.
+  TransferPlan missing = plan;
+  missing.steps[index].transfers[0].dstDevices.pop_back();
+  absl::StatusOr<SimulationResult> result = simulatePlan(missing, src, dst);
+  ASSERT_TRUE(result.ok());
+  EXPECT_FALSE(checkDestinationBuffers(*result, dst).ok());
+
+  // A transfer sent twice writes elements twice.
+  TransferPlan doubled = plan;
+  doubled.steps[index].transfers.push_back(doubled.steps[index].transfers[0]);
+  result = simulatePlan(doubled, src, dst);
+  ASSERT_TRUE(result.ok());
+  EXPECT_TRUE(checkDestinationBuffers(*result, dst).ok());
+  EXPECT_GT(result->duplicateWrites, 0);
+
+  // Boxes swapped between senders: each reads outside its buffer.
+  TransferPlan swapped = plan;
+  std::swap(swapped.steps[index].transfers[0].box,
+            swapped.steps[index].transfers[1].box);
+  EXPECT_FALSE(simulatePlan(swapped, src, dst).ok());
+
+  // A box cut short leaves the rest of the tile unset.
+  TransferPlan shifted = plan;
+  Transfer &transfer = shifted.steps[index].transfers[0];
+  transfer.box = Box{{0, 0}, {2, 2}};
+  transfer.bytes = 4 * 4;
+  result = simulatePlan(shifted, src, dst);
+  ASSERT_TRUE(result.ok());
+  EXPECT_FALSE(checkDestinationBuffers(*result, dst).ok());
+}
+
+TEST(TransferPlanner, StatsOfHandMadeSteps) {
+  TransferPlan plan;
+  plan.elementBytes = 4;
+  Step step{StepKind::SendRecv, 0, {}, {}};
+  step.transfers.push_back({5, {7, 9}, Box{{0}, {3}}, 12});
+  step.transfers.push_back({7, {5}, Box{{3}, {4}}, 4});
+  plan.steps.push_back(step);
+  step.chunk = 1;
+  step.transfers.pop_back();
+  plan.steps.push_back(step);
+  recomputePlanStats(plan);
+  EXPECT_EQ(plan.bytesMoved, 24 + 4 + 24);
+  EXPECT_EQ(plan.numChunks, 2);
+  ASSERT_EQ(plan.perDevice.size(), 3u);
+  EXPECT_EQ(plan.perDevice[0].device, 5);
+  EXPECT_EQ(plan.perDevice[0].sendBytes, 48);
+  EXPECT_EQ(plan.perDevice[0].recvBytes, 4);
+  // Chunk 0: packs 12, unpacks 4.
+  EXPECT_EQ(plan.perDevice[0].peakTempBytes, 16);
+  EXPECT_EQ(plan.maxRecvBytes, 24);
+  EXPECT_EQ(plan.count(StepKind::SendRecv), 2);
+}
+
 TEST(PlanCache, HitsMissesAndSharing) {
   Mesh mesh = makeMesh({{"a", 2}, {"b", 2}});
   TensorLayout src = layout(mesh, {{"a"}, {"b"}}, {8, 8});
