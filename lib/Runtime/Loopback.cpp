@@ -664,19 +664,13 @@ public:
     return text;
   }
 
-  void deviceStarted(int64_t device) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = indexOf.find(device); it != indexOf.end())
-      devices[it->second].finished = false;
-  }
-
-  void deviceFinished(int64_t device) {
+  void setDeviceFinished(int64_t device, bool finished) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = indexOf.find(device);
     if (it == indexOf.end())
       return;
-    devices[it->second].finished = true;
-    if (!aborted && options.detectDeadlocks && provesDeadlock())
+    devices[it->second].finished = finished;
+    if (finished && !aborted && options.detectDeadlocks && provesDeadlock())
       fail(absl::DeadlineExceededError(diagnose("deadlock", nullptr)))
           .IgnoreError();
   }
@@ -936,12 +930,8 @@ void LoopbackBackend::abort(const absl::Status &error) {
   state->fail(error).IgnoreError();
 }
 
-void LoopbackBackend::deviceStarted(int64_t device) {
-  state->deviceStarted(device);
-}
-
-void LoopbackBackend::deviceFinished(int64_t device) {
-  state->deviceFinished(device);
+void LoopbackBackend::setDeviceFinished(int64_t device, bool finished) {
+  state->setDeviceFinished(device, finished);
 }
 
 int64_t LoopbackBackend::numCommunicators() const {

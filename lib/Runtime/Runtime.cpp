@@ -268,7 +268,7 @@ absl::Status runOnDevices(Backend &backend,
   // Mark every device live before any thread runs, so that a deadlock check
   // never counts a device that has not started yet as finished.
   for (int64_t device : devices)
-    backend.deviceStarted(device);
+    backend.setDeviceFinished(device, false);
   std::vector<std::thread> threads;
   threads.reserve(devices.size());
   for (int64_t device : devices) {
@@ -280,11 +280,14 @@ absl::Status runOnDevices(Backend &backend,
         backend.abort(
             absl::Status(status.code(), absl::StrCat("device ", device, ": ",
                                                      status.message())));
-      backend.deviceFinished(device);
+      backend.setDeviceFinished(device, true);
     });
   }
   for (std::thread &thread : threads)
     thread.join();
+  // Threads the caller starts next are not known to have finished.
+  for (int64_t device : devices)
+    backend.setDeviceFinished(device, false);
   return backend.firstError();
 }
 

@@ -576,6 +576,23 @@ TEST(LoopbackDeadlock, FinishingInsideAnOpenGroupIsReported) {
   EXPECT_THAT(status.message(), HasSubstr("device 0 left a group open"));
 }
 
+TEST(LoopbackDeadlock, NoFalseProofAfterALauncherRun) {
+  // After runOnDevices no device counts as finished: device 0 may wait for
+  // device 1 whose plain thread starts late.
+  auto backend = makeBackend({0, 1});
+  ASSERT_TRUE(
+      runOnDevices(*backend, [](int64_t) { return absl::OkStatus(); }).ok());
+  int64_t in = -1, out = 7;
+  absl::Status received;
+  std::thread receiver([&] { received = backend->recv(0, 1, &in, 8); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  absl::Status sent = backend->send(1, 0, &out, 8);
+  receiver.join();
+  EXPECT_TRUE(sent.ok()) << sent;
+  EXPECT_TRUE(received.ok()) << received;
+  EXPECT_EQ(in, 7);
+}
+
 //===----------------------------------------------------------------------===//
 // Mismatched and invalid calls
 //===----------------------------------------------------------------------===//

@@ -18,6 +18,7 @@
  *    rank of a device is its index in that list, and outputs are ordered by
  *    rank. [0,1] and [1,0] are two different communicators. Communicators are
  *    created on first use and cached for the life of the runtime.
+ *    Member arrays are read during the call only (grouped calls too).
  *  - send/recv between two devices match in call order per (sender,
  *    receiver) pair; byte counts of matched calls must be equal. Outside a
  *    group a send blocks until its receiver posts the matching recv, so two

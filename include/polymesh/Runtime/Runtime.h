@@ -125,10 +125,11 @@ public:
   /// releases every device blocked in a call (they fail as aborted).
   virtual void abort(const absl::Status &error) = 0;
 
-  /// runOnDevices brackets each device function with these, so a backend
-  /// that detects deadlocks knows which devices will make no more calls.
-  virtual void deviceStarted(int64_t device) {}
-  virtual void deviceFinished(int64_t device) {}
+  /// runOnDevices marks a device finished when its function returns, so a
+  /// backend that detects deadlocks knows which devices will make no more
+  /// calls, and unmarks every device before it starts and after it joins:
+  /// outside a launcher run nothing is known about any device.
+  virtual void setDeviceFinished(int64_t device, bool finished) {}
 };
 
 /// Runs `fn(device)` on one thread per device of `backend` and joins them.
@@ -180,8 +181,7 @@ public:
                              DataType type, ReduceOp op) override;
   absl::Status firstError() const override;
   void abort(const absl::Status &error) override;
-  void deviceStarted(int64_t device) override;
-  void deviceFinished(int64_t device) override;
+  void setDeviceFinished(int64_t device, bool finished) override;
 
   /// Communicators created so far (for tests of the cache).
   int64_t numCommunicators() const;
