@@ -58,4 +58,33 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
   let dependentDialects = ["::polymesh::PolymeshDialect"];
 }
 
+def PolymeshPrintLeaves : Pass<"polymesh-print-leaves", "mlir::ModuleOp"> {
+  let summary = "Prints one row per function result: its mesh, sharding and tiles";
+  let description = [{
+    Prints, for every function of the module, a table with one row per
+    function result (one *leaf* of the caller's pytree): its index, its
+    `polymesh.leaf` path (`-` when it has none), its shape and element type,
+    its mesh (symbol, axes and device ids), its sharding (as written in
+    `#polymesh.sharding`, without the mesh) and the local tile shape every
+    device of the mesh allocates. Results of rank 1 and 2 are followed by a
+    tile map in the manner of `jax.debug.visualize_array_sharding`: one cell
+    per block of the tensor, giving the block's index ranges and the ids of
+    the devices that hold it. Maps of more than 64 blocks are omitted.
+
+    It is meant to run after `--polymesh-propagate`, which gives every
+    function result a `polymesh.sharding`; a result without one is reported
+    as `unplaced`. A sharding that names no `polymesh.mesh` is an error. The
+    pass does not change the IR, and its output depends only on the IR.
+
+    ```sh
+    polymesh-opt input.mlir --polymesh-propagate \
+        --polymesh-print-leaves=output=- -o /dev/null
+    ```
+  }];
+  let options = [
+    Option<"output", "output", "std::string", /*default=*/"\"\"",
+           "Where to write the table: a file path, '-' for stdout; stderr when empty">,
+  ];
+}
+
 #endif // POLYMESH_TRANSFORMS_PASSES_TD
