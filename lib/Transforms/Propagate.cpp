@@ -34,6 +34,8 @@ using namespace polymesh;
 
 namespace {
 
+ShardingAttr extendOpen(ShardingAttr known, ShardingAttr derived);
+
 std::string toText(Attribute attr) {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -125,6 +127,7 @@ private:
                                          FactorAxes axes);
   int64_t moveCost(ShardingAttr from, ShardingAttr to, Type type);
   bool isDeviceEquivalent(ShardingAttr a, ShardingAttr b, Type type);
+  void extendValue(Value value, ShardingAttr extended);
   Value insertReshardBefore(Operation *user, Value value,
                             ShardingAttr sharding);
   void insertReshardAfter(Value result, ShardingAttr sharding);
@@ -236,6 +239,41 @@ static void mergeInto(FactorAxes &into, const FactorAxes &from, bool &clash) {
   }
 }
 
+/// `known` extended to `derived`, when they differ only by axes appended to
+/// open dimensions that `known`'s replicated axes do not forbid; else null.
+ShardingAttr extendOpen(ShardingAttr known, ShardingAttr derived) {
+  if (known.getMeshName() != derived.getMeshName() ||
+      known.getDims().size() != derived.getDims().size() ||
+      known.getUnreduced().size() != derived.getUnreduced().size())
+    return {};
+  for (AxisRefAttr ref : known.getUnreduced())
+    if (!llvm::is_contained(derived.getUnreduced(), ref))
+      return {};
+  SmallVector<DimShardingAttr> dims;
+  bool extended = false;
+  for (auto [mine, theirs] : llvm::zip(known.getDims(), derived.getDims())) {
+    ArrayRef<AxisRefAttr> have = mine.getAxes(), want = theirs.getAxes();
+    if (have == want) {
+      dims.push_back(mine);
+      continue;
+    }
+    if (mine.getIsClosed() || want.size() <= have.size() ||
+        want.take_front(have.size()) != have)
+      return {};
+    for (AxisRefAttr added : want.drop_front(have.size()))
+      for (AxisRefAttr forbidden : known.getReplicated())
+        if (added.getName() == forbidden.getName())
+          return {};
+    dims.push_back(DimShardingAttr::get(known.getContext(), want,
+                                        /*isClosed=*/false));
+    extended = true;
+  }
+  if (!extended)
+    return {};
+  return ShardingAttr::get(known.getContext(), known.getMeshName(), dims,
+                           known.getReplicated(), known.getUnreduced());
+}
+
 /// Bytes that must reach devices when a value moves from `from` to `to`:
 /// per destination device, its tile minus what it already holds. Partial
 /// sums count their whole tile (they must be reduced).
@@ -298,6 +336,15 @@ bool FunctionPropagator::isDeviceEquivalent(ShardingAttr a, ShardingAttr b,
          first->isDeviceEquivalent(*second);
 }
 
+void FunctionPropagator::extendValue(Value value, ShardingAttr extended) {
+  // Ops already settled on the narrower sharding look again.
+  known[value] = extended;
+  if (Operation *producer = value.getDefiningOp())
+    settled.erase(producer);
+  for (Operation *user : value.getUsers())
+    settled.erase(user);
+}
+
 Value FunctionPropagator::insertReshardBefore(Operation *user, Value value,
                                               ShardingAttr sharding) {
   OpBuilder builder(user);
@@ -323,8 +370,17 @@ void FunctionPropagator::insertReshardAfter(Value result,
 bool FunctionPropagator::propagateOnce(Operation *op) {
   if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
     // Backward through a constraint: its operand is computed directly in
-    // the constrained sharding when nothing else placed it.
-    return assign(constraint.getInput(), constraint.getSharding());
+    // the constrained sharding when nothing else placed it, or extends its
+    // open dimensions to it.
+    ShardingAttr target = lookup(constraint.getResult());
+    ShardingAttr current = lookup(constraint.getInput());
+    if (!current)
+      return assign(constraint.getInput(), target);
+    if (ShardingAttr extended = extendOpen(current, target)) {
+      extendValue(constraint.getInput(), extended);
+      return true;
+    }
+    return false;
   }
   if (isa<ReshardOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
     return false;
@@ -341,6 +397,23 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
   }
   if (!hasUnknown || !hasKnown)
     return false;
+  if (rule->isIdentity) {
+    // Elementwise: when every placed value has the same sharding (and no
+    // partial sums), the others simply take it.
+    ShardingAttr common;
+    bool same = true;
+    for (Value value : rule->tensorValues)
+      if (ShardingAttr sharding = lookup(value)) {
+        same &= !common || sharding == common;
+        common = sharding;
+      }
+    if (same && common.getUnreduced().empty()) {
+      for (Value value : rule->tensorValues)
+        assign(value, common);
+      settled.insert(op);
+      return true;
+    }
+  }
   FlatSymbolRefAttr meshName;
   FactorAxes merged(rule->numFactors());
   bool clash = false;
@@ -384,6 +457,15 @@ bool FunctionPropagator::resolve(Operation *op) {
   const std::optional<FactorRule> &rule = ruleOf(op);
   if (!rule)
     return resolveWithoutRule(op);
+  if (rule->isIdentity) {
+    ShardingAttr common = lookup(rule->tensorValues.front());
+    if (common && common.getUnreduced().empty() &&
+        llvm::all_of(rule->tensorValues,
+                     [&](Value value) { return lookup(value) == common; })) {
+      settled.insert(op);
+      return false;
+    }
+  }
 
   SmallVector<std::pair<FlatSymbolRefAttr, FactorAxes>> candidates;
   llvm::MapVector<Attribute, std::pair<FactorAxes, bool>> perMesh;
@@ -424,6 +506,9 @@ bool FunctionPropagator::resolve(Operation *op) {
       if (!sharding || isSameLayout(sharding, placement->derived[index]))
         continue;
       consistent = false;
+      // Extending an open dimension is free: the value is computed that way.
+      if (extendOpen(sharding, placement->derived[index]))
+        continue;
       // A user-annotated op is computed as annotated: placements that
       // would move its results come last.
       if (index >= rule->numOperands && pinnedOps.contains(op))
@@ -469,6 +554,11 @@ bool FunctionPropagator::resolve(Operation *op) {
     }
     if (isSameLayout(current, target))
       continue;
+    if (ShardingAttr extended = extendOpen(current, target)) {
+      extendValue(value, extended);
+      settled.insert(op);
+      continue;
+    }
     if (index < rule->numOperands) {
       Value &replacement = moved[{value, target}];
       if (!replacement)
@@ -621,6 +711,9 @@ LogicalResult FunctionPropagator::finalize() {
       continue;
     }
     if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
+      // Open dimensions of the constraint may have been extended.
+      if (ShardingAttr result = lookup(constraint.getResult()))
+        constraint.setShardingAttr(result);
       // A constraint on a value placed elsewhere moves it explicitly.
       Value input = constraint.getInput();
       ShardingAttr current = lookup(input);

@@ -165,7 +165,33 @@ FactorRule reshapeRule(Value collapsedValue, Value expandedValue,
 
 } // namespace
 
+namespace {
+bool computeIsIdentity(const FactorRule &rule) {
+  for (FactorRule::Kind kind : rule.factorKinds)
+    if (kind != FactorRule::Kind::Parallel)
+      return false;
+  for (const auto &dims : rule.values) {
+    if (dims.size() != rule.numFactors())
+      return false;
+    for (auto [index, factors] : llvm::enumerate(dims))
+      if (factors.size() != 1 || factors.front() != index)
+        return false;
+  }
+  return true;
+}
+
+std::optional<FactorRule> computeFactorRule(Operation *op);
+} // namespace
+
 std::optional<FactorRule> polymesh::getFactorRule(Operation *op) {
+  std::optional<FactorRule> rule = computeFactorRule(op);
+  if (rule)
+    rule->isIdentity = computeIsIdentity(*rule);
+  return rule;
+}
+
+namespace {
+std::optional<FactorRule> computeFactorRule(Operation *op) {
   if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op))
     return reshapeRule(expand.getSrc(), expand.getResult(),
                        expand.getReassociationIndices(),
@@ -214,6 +240,7 @@ std::optional<FactorRule> polymesh::getFactorRule(Operation *op) {
   }
   return rule;
 }
+} // namespace
 
 FactorAxes polymesh::proposeFactorAxes(const FactorRule &rule,
                                        unsigned valueIndex,

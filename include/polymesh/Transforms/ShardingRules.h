@@ -40,6 +40,9 @@ struct FactorRule {
   /// The op's tensor operands followed by its tensor results.
   llvm::SmallVector<mlir::Value> tensorValues;
   unsigned numOperands = 0;
+  /// Every tensor value maps dimension i to factor i and every factor is
+  /// parallel (elementwise ops): all values share one sharding.
+  bool isIdentity = false;
 
   unsigned numFactors() const { return factorSizes.size(); }
 };
