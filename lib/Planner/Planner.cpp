@@ -75,17 +75,11 @@ std::vector<Box> splitBox(const Box &box, int64_t maxElements) {
       parts.push_back(part);
     }
     size_t d = cut;
-    while (d > 0) {
+    while (d > 0 && ++outer[d - 1] >= box.hi[d - 1]) {
+      outer[d - 1] = box.lo[d - 1];
       --d;
-      if (++outer[d] < box.hi[d])
-        break;
-      outer[d] = box.lo[d];
-      if (d == 0) {
-        d = SIZE_MAX;
-        break;
-      }
     }
-    if (cut == 0 || d == SIZE_MAX)
+    if (d == 0)
       break;
   }
   return parts;
