@@ -117,7 +117,10 @@ struct Op {
   void *recvBuf = nullptr;
   /// Set once posted: the collective's sequence number on its communicator.
   int64_t seq = -1;
-  std::shared_ptr<Collective> collective;
+  /// Not owning (the collective owns its ops): valid while the op is not
+  /// done, because a collective stays in its communicator's `pending` map
+  /// until it completes, and completing it marks all its ops done.
+  Collective *collective = nullptr;
   bool done = false;
 };
 
@@ -136,7 +139,7 @@ struct Communicator {
   absl::flat_hash_map<int64_t, int64_t> rankOf;
   /// Per rank: the sequence number of its next collective.
   std::vector<int64_t> nextSeq;
-  absl::flat_hash_map<int64_t, std::shared_ptr<Collective>> pending;
+  absl::flat_hash_map<int64_t, std::unique_ptr<Collective>> pending;
 };
 
 struct DeviceState {
@@ -181,6 +184,15 @@ const Op *firstPending(const std::vector<std::shared_ptr<Op>> &ops) {
   return nullptr;
 }
 
+/// a * b, or an error when it overflows int64.
+absl::StatusOr<int64_t> bufferBytes(int64_t a, int64_t b, OpKind kind) {
+  int64_t result;
+  if (__builtin_mul_overflow(a, b, &result))
+    return absl::InvalidArgumentError(absl::StrCat(
+        opKindName(kind), ": buffer size overflows (", a, " x ", b, ")"));
+  return result;
+}
+
 } // namespace
 
 class LoopbackState {
@@ -203,7 +215,7 @@ public:
       return entered.status();
     DeviceState &d = **entered;
     CallGuard guard(d);
-    absl::StatusOr<std::shared_ptr<Op>> op = build(d);
+    absl::StatusOr<std::shared_ptr<Op>> op = build();
     if (!op.ok())
       return fail(op.status());
     if (d.groupDepth > 0) {
@@ -303,10 +315,13 @@ public:
   }
 
   /// Builds a collective op after checking everything one device can check
-  /// alone; `sendBytes`/`recvBytes` are what its buffers must hold.
+  /// alone. `size` counts units of `unitBytes`; the send (recv) buffer holds
+  /// `size` units, or one block of them per member when `sendScales`
+  /// (`recvScales`). `checkSend` is false where the send buffer is unused.
   absl::StatusOr<std::shared_ptr<Op>>
   makeCollective(OpKind kind, int64_t device, absl::Span<const int64_t> members,
-                 const void *send, void *recv, int64_t size) {
+                 const void *send, void *recv, int64_t size, int64_t unitBytes,
+                 bool sendScales, bool recvScales, bool checkSend = true) {
     absl::StatusOr<Communicator *> comm = communicator(kind, device, members);
     if (!comm.ok())
       return comm.status();
@@ -322,6 +337,47 @@ public:
       return absl::InvalidArgumentError(
           absl::StrCat(opKindName(kind), " on group ", formatGroup(members),
                        ": device ", device, " passed a negative size ", size));
+    absl::StatusOr<int64_t> unit = bufferBytes(size, unitBytes, kind);
+    if (!unit.ok())
+      return unit.status();
+    absl::StatusOr<int64_t> scaled =
+        bufferBytes(*unit, static_cast<int64_t>(members.size()), kind);
+    if (!scaled.ok())
+      return scaled.status();
+    if (checkSend)
+      if (absl::Status ok =
+              checkBuffer(send, sendScales ? *scaled : *unit, "send", *op);
+          !ok.ok())
+        return ok;
+    if (absl::Status ok =
+            checkBuffer(recv, recvScales ? *scaled : *unit, "recv", *op);
+        !ok.ok())
+      return ok;
+    return op;
+  }
+
+  /// An all_reduce or reduce_scatter of `count` elements (per rank for
+  /// reduce_scatter, whose send buffer holds one block per member).
+  absl::StatusOr<std::shared_ptr<Op>>
+  makeReduction(OpKind kind, int64_t device, absl::Span<const int64_t> members,
+                const void *send, void *recv, int64_t count, DataType type,
+                ReduceOp reduceOp) {
+    // The enums may carry any value cast from a C caller's code.
+    if (absl::StatusOr<DataType> known =
+            dataTypeFromCode(static_cast<int32_t>(type));
+        !known.ok())
+      return known.status();
+    if (absl::StatusOr<ReduceOp> known =
+            reduceOpFromCode(static_cast<int32_t>(reduceOp));
+        !known.ok())
+      return known.status();
+    absl::StatusOr<std::shared_ptr<Op>> op = makeCollective(
+        kind, device, members, send, recv, count, dataTypeSize(type),
+        /*sendScales=*/kind == OpKind::ReduceScatter, /*recvScales=*/false);
+    if (op.ok()) {
+      (*op)->type = type;
+      (*op)->reduceOp = reduceOp;
+    }
     return op;
   }
 
@@ -373,14 +429,14 @@ public:
   absl::Status joinCollective(const std::shared_ptr<Op> &op) {
     Communicator &comm = *op->comm;
     op->seq = comm.nextSeq[op->rank]++;
-    std::shared_ptr<Collective> &slot = comm.pending[op->seq];
+    std::unique_ptr<Collective> &slot = comm.pending[op->seq];
     if (!slot) {
-      slot = std::make_shared<Collective>();
+      slot = std::make_unique<Collective>();
       slot->seq = op->seq;
       slot->ranks.resize(comm.members.size());
       slot->first = op;
     }
-    std::shared_ptr<Collective> coll = slot;
+    Collective *coll = slot.get();
     if (absl::Status matches = checkMatches(*coll->first, *op); !matches.ok())
       return matches;
     coll->ranks[op->rank] = op;
@@ -738,120 +794,69 @@ absl::Status LoopbackBackend::groupEnd(int64_t device) {
 
 absl::Status LoopbackBackend::send(int64_t device, int64_t peer,
                                    const void *buf, int64_t bytes) {
-  return state->call(
-      device, [&](DeviceState &) -> absl::StatusOr<std::shared_ptr<Op>> {
-        auto op = std::make_shared<Op>();
-        op->kind = OpKind::Send;
-        op->device = device;
-        op->peer = peer;
-        op->size = bytes;
-        op->sendBuf = buf;
-        if (absl::Status known = state->checkDevice(peer, "send: peer");
-            !known.ok())
-          return known;
-        if (absl::Status ok = state->checkBuffer(buf, bytes, "send", *op);
-            !ok.ok())
-          return ok;
-        return op;
-      });
+  return state->call(device, [&]() -> absl::StatusOr<std::shared_ptr<Op>> {
+    auto op = std::make_shared<Op>();
+    op->kind = OpKind::Send;
+    op->device = device;
+    op->peer = peer;
+    op->size = bytes;
+    op->sendBuf = buf;
+    if (absl::Status known = state->checkDevice(peer, "send: peer");
+        !known.ok())
+      return known;
+    if (absl::Status ok = state->checkBuffer(buf, bytes, "send", *op); !ok.ok())
+      return ok;
+    return op;
+  });
 }
 
 absl::Status LoopbackBackend::recv(int64_t device, int64_t peer, void *buf,
                                    int64_t bytes) {
-  return state->call(
-      device, [&](DeviceState &) -> absl::StatusOr<std::shared_ptr<Op>> {
-        auto op = std::make_shared<Op>();
-        op->kind = OpKind::Recv;
-        op->device = device;
-        op->peer = peer;
-        op->size = bytes;
-        op->recvBuf = buf;
-        if (absl::Status known = state->checkDevice(peer, "recv: peer");
-            !known.ok())
-          return known;
-        if (absl::Status ok = state->checkBuffer(buf, bytes, "recv", *op);
-            !ok.ok())
-          return ok;
-        return op;
-      });
+  return state->call(device, [&]() -> absl::StatusOr<std::shared_ptr<Op>> {
+    auto op = std::make_shared<Op>();
+    op->kind = OpKind::Recv;
+    op->device = device;
+    op->peer = peer;
+    op->size = bytes;
+    op->recvBuf = buf;
+    if (absl::Status known = state->checkDevice(peer, "recv: peer");
+        !known.ok())
+      return known;
+    if (absl::Status ok = state->checkBuffer(buf, bytes, "recv", *op); !ok.ok())
+      return ok;
+    return op;
+  });
 }
 
 absl::Status LoopbackBackend::broadcast(int64_t device,
                                         absl::Span<const int64_t> members,
                                         int64_t root, const void *send,
                                         void *recv, int64_t bytes) {
-  return state->call(
-      device, [&](DeviceState &) -> absl::StatusOr<std::shared_ptr<Op>> {
-        absl::StatusOr<std::shared_ptr<Op>> op = state->makeCollective(
-            OpKind::Broadcast, device, members, send, recv, bytes);
-        if (!op.ok())
-          return op;
-        (*op)->root = root;
-        if (!(*op)->comm->rankOf.contains(root))
-          return absl::InvalidArgumentError(
-              absl::StrCat("broadcast on group ", formatGroup(members),
-                           ": root ", root, " is not a member"));
-        if (device == root)
-          if (absl::Status ok = state->checkBuffer(send, bytes, "send", **op);
-              !ok.ok())
-            return ok;
-        if (absl::Status ok = state->checkBuffer(recv, bytes, "recv", **op);
-            !ok.ok())
-          return ok;
-        return op;
-      });
-}
-
-namespace {
-
-/// a * b, or an error when it overflows int64.
-absl::StatusOr<int64_t> bufferBytes(int64_t a, int64_t b, OpKind kind) {
-  int64_t result;
-  if (__builtin_mul_overflow(a, b, &result))
-    return absl::InvalidArgumentError(absl::StrCat(
-        opKindName(kind), ": buffer size overflows (", a, " x ", b, ")"));
-  return result;
-}
-
-} // namespace
-
-/// The collectives whose buffers hold `sendFactor`/`recvFactor` times `size`
-/// units of `unitBytes` each.
-template <typename State>
-static absl::StatusOr<std::shared_ptr<Op>>
-makeSized(State &state, OpKind kind, int64_t device,
-          absl::Span<const int64_t> members, const void *send, void *recv,
-          int64_t size, int64_t unitBytes, bool sendScales, bool recvScales) {
-  absl::StatusOr<std::shared_ptr<Op>> op =
-      state.makeCollective(kind, device, members, send, recv, size);
-  if (!op.ok())
+  return state->call(device, [&]() -> absl::StatusOr<std::shared_ptr<Op>> {
+    // Only the root's send buffer is read.
+    absl::StatusOr<std::shared_ptr<Op>> op = state->makeCollective(
+        OpKind::Broadcast, device, members, send, recv, bytes, 1,
+        /*sendScales=*/false, /*recvScales=*/false,
+        /*checkSend=*/device == root);
+    if (!op.ok())
+      return op;
+    if (!(*op)->comm->rankOf.contains(root))
+      return absl::InvalidArgumentError(
+          absl::StrCat("broadcast on group ", formatGroup(members), ": root ",
+                       root, " is not a member"));
+    (*op)->root = root;
     return op;
-  int64_t n = static_cast<int64_t>(members.size());
-  absl::StatusOr<int64_t> unit = bufferBytes(size, unitBytes, kind);
-  if (!unit.ok())
-    return unit.status();
-  absl::StatusOr<int64_t> scaled = bufferBytes(*unit, n, kind);
-  if (!scaled.ok())
-    return scaled.status();
-  if (absl::Status ok =
-          state.checkBuffer(send, sendScales ? *scaled : *unit, "send", **op);
-      !ok.ok())
-    return ok;
-  if (absl::Status ok =
-          state.checkBuffer(recv, recvScales ? *scaled : *unit, "recv", **op);
-      !ok.ok())
-    return ok;
-  return op;
+  });
 }
 
 absl::Status LoopbackBackend::allGather(int64_t device,
                                         absl::Span<const int64_t> members,
                                         const void *send, void *recv,
                                         int64_t bytesPerRank) {
-  return state->call(device, [&](DeviceState &) {
-    return makeSized(*state, OpKind::AllGather, device, members, send, recv,
-                     bytesPerRank, 1, /*sendScales=*/false,
-                     /*recvScales=*/true);
+  return state->call(device, [&]() {
+    return state->makeCollective(OpKind::AllGather, device, members, send, recv,
+                                 bytesPerRank, 1, /*sendScales=*/false,
+                                 /*recvScales=*/true);
   });
 }
 
@@ -859,9 +864,10 @@ absl::Status LoopbackBackend::allToAll(int64_t device,
                                        absl::Span<const int64_t> members,
                                        const void *send, void *recv,
                                        int64_t bytesPerPeer) {
-  return state->call(device, [&](DeviceState &) {
-    return makeSized(*state, OpKind::AllToAll, device, members, send, recv,
-                     bytesPerPeer, 1, /*sendScales=*/true, /*recvScales=*/true);
+  return state->call(device, [&]() {
+    return state->makeCollective(OpKind::AllToAll, device, members, send, recv,
+                                 bytesPerPeer, 1, /*sendScales=*/true,
+                                 /*recvScales=*/true);
   });
 }
 
@@ -870,25 +876,10 @@ absl::Status LoopbackBackend::allReduce(int64_t device,
                                         const void *send, void *recv,
                                         int64_t count, DataType type,
                                         ReduceOp op) {
-  return state->call(
-      device, [&](DeviceState &) -> absl::StatusOr<std::shared_ptr<Op>> {
-        absl::StatusOr<DataType> checkedType =
-            dataTypeFromCode(static_cast<int32_t>(type));
-        if (!checkedType.ok())
-          return checkedType.status();
-        absl::StatusOr<ReduceOp> checkedOp =
-            reduceOpFromCode(static_cast<int32_t>(op));
-        if (!checkedOp.ok())
-          return checkedOp.status();
-        absl::StatusOr<std::shared_ptr<Op>> result = makeSized(
-            *state, OpKind::AllReduce, device, members, send, recv, count,
-            dataTypeSize(type), /*sendScales=*/false, /*recvScales=*/false);
-        if (result.ok()) {
-          (*result)->type = type;
-          (*result)->reduceOp = op;
-        }
-        return result;
-      });
+  return state->call(device, [&]() {
+    return state->makeReduction(OpKind::AllReduce, device, members, send, recv,
+                                count, type, op);
+  });
 }
 
 absl::Status LoopbackBackend::reduceScatter(int64_t device,
@@ -896,26 +887,10 @@ absl::Status LoopbackBackend::reduceScatter(int64_t device,
                                             const void *send, void *recv,
                                             int64_t recvCount, DataType type,
                                             ReduceOp op) {
-  return state->call(
-      device, [&](DeviceState &) -> absl::StatusOr<std::shared_ptr<Op>> {
-        absl::StatusOr<DataType> checkedType =
-            dataTypeFromCode(static_cast<int32_t>(type));
-        if (!checkedType.ok())
-          return checkedType.status();
-        absl::StatusOr<ReduceOp> checkedOp =
-            reduceOpFromCode(static_cast<int32_t>(op));
-        if (!checkedOp.ok())
-          return checkedOp.status();
-        absl::StatusOr<std::shared_ptr<Op>> result =
-            makeSized(*state, OpKind::ReduceScatter, device, members, send,
-                      recv, recvCount, dataTypeSize(type), /*sendScales=*/true,
-                      /*recvScales=*/false);
-        if (result.ok()) {
-          (*result)->type = type;
-          (*result)->reduceOp = op;
-        }
-        return result;
-      });
+  return state->call(device, [&]() {
+    return state->makeReduction(OpKind::ReduceScatter, device, members, send,
+                                recv, recvCount, type, op);
+  });
 }
 
 absl::Status LoopbackBackend::firstError() const {
