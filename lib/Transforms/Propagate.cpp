@@ -22,6 +22,7 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
 
+#include <deque>
 #include <limits>
 
 namespace polymesh {
@@ -98,11 +99,14 @@ private:
   /// The op's rule, computed once. Its values are refreshed on every call:
   /// inserted reshards replace operands after the rule was computed.
   const std::optional<FactorRule> &ruleOf(Operation *op) {
-    auto it = rules.find(op);
-    if (it == rules.end())
-      return rules.try_emplace(op, getFactorRule(op)).first->second;
-    if (it->second) {
-      SmallVector<Value> &values = it->second->tensorValues;
+    auto [it, inserted] = ruleIndex.try_emplace(op, rules.size());
+    if (inserted) {
+      rules.push_back(getFactorRule(op));
+      return rules.back();
+    }
+    std::optional<FactorRule> &rule = rules[it->second];
+    if (rule) {
+      SmallVector<Value> &values = rule->tensorValues;
       values.clear();
       for (Value operand : op->getOperands())
         if (isTracked(operand))
@@ -111,12 +115,13 @@ private:
         if (isTracked(result))
           values.push_back(result);
     }
-    return it->second;
+    return rule;
   }
 
   void cloneSharedConstants();
   void seed();
   bool propagateOnce(Operation *op);
+  bool propagateElementwise(Operation *op, const FactorRule &rule);
   bool resolve(Operation *op);
   bool resolveWithoutRule(Operation *op);
   bool applyAmbient(bool &failedOut);
@@ -145,7 +150,9 @@ private:
   SymbolTableCollection &symbols;
   llvm::DenseMap<Attribute, MeshAttr> meshes;
   llvm::DenseMap<Value, ShardingAttr> known;
-  llvm::DenseMap<Operation *, std::optional<FactorRule>> rules;
+  /// Rules live in a deque (stable references); the map holds indices.
+  llvm::DenseMap<Operation *, unsigned> ruleIndex;
+  std::deque<std::optional<FactorRule>> rules;
   llvm::SmallPtrSet<Operation *, 4> warned;
   /// Ops whose values are all placed and agree; nothing changes them again.
   llvm::DenseSet<Operation *> settled;
@@ -364,6 +371,53 @@ void FunctionPropagator::insertReshardAfter(Value result,
   assign(reshard.getResult(), sharding);
 }
 
+/// Fast path for elementwise rules: when every placed value of the
+/// identity kind has one sharding (without partial sums) and every placed
+/// scalar-like value is replicated on its mesh, the op is settled and the
+/// unplaced values take those shardings. True when it changed anything;
+/// leaves `settled` set when the op agrees.
+bool FunctionPropagator::propagateElementwise(Operation *op,
+                                              const FactorRule &rule) {
+  ShardingAttr common;
+  for (auto [index, value] : llvm::enumerate(rule.tensorValues)) {
+    if (rule.isUnshardable[index])
+      continue;
+    ShardingAttr sharding = lookup(value);
+    if (!sharding)
+      continue;
+    if (common && sharding != common)
+      return false;
+    common = sharding;
+  }
+  if (!common || !common.getUnreduced().empty())
+    return false;
+  bool changed = false;
+  for (auto [index, value] : llvm::enumerate(rule.tensorValues)) {
+    ShardingAttr sharding = lookup(value);
+    if (!rule.isUnshardable[index]) {
+      changed |= assign(value, common);
+      continue;
+    }
+    if (sharding) {
+      bool replicatedHere =
+          sharding.getMeshName() == common.getMeshName() &&
+          sharding.getUnreduced().empty() &&
+          llvm::all_of(sharding.getDims(), [](DimShardingAttr dim) {
+            return dim.getAxes().empty();
+          });
+      if (!replicatedHere)
+        return false;
+      continue;
+    }
+    changed |= assign(value, ShardingAttr::getReplicated(
+                                 op->getContext(), common.getMeshName(),
+                                 cast<RankedTensorType>(value.getType())
+                                     .getRank()));
+  }
+  settled.insert(op);
+  return changed;
+}
+
 /// Forward and backward step at one op: values that nothing placed yet take
 /// the sharding that the op's placed values agree on. Ops whose placed
 /// values disagree are left to `resolve`.
@@ -397,23 +451,8 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
   }
   if (!hasUnknown || !hasKnown)
     return false;
-  if (rule->isIdentity) {
-    // Elementwise: when every placed value has the same sharding (and no
-    // partial sums), the others simply take it.
-    ShardingAttr common;
-    bool same = true;
-    for (Value value : rule->tensorValues)
-      if (ShardingAttr sharding = lookup(value)) {
-        same &= !common || sharding == common;
-        common = sharding;
-      }
-    if (same && common.getUnreduced().empty()) {
-      for (Value value : rule->tensorValues)
-        assign(value, common);
-      settled.insert(op);
-      return true;
-    }
-  }
+  if (rule->isIdentity && propagateElementwise(op, *rule))
+    return true;
   FlatSymbolRefAttr meshName;
   FactorAxes merged(rule->numFactors());
   bool clash = false;
@@ -457,15 +496,10 @@ bool FunctionPropagator::resolve(Operation *op) {
   const std::optional<FactorRule> &rule = ruleOf(op);
   if (!rule)
     return resolveWithoutRule(op);
-  if (rule->isIdentity) {
-    ShardingAttr common = lookup(rule->tensorValues.front());
-    if (common && common.getUnreduced().empty() &&
-        llvm::all_of(rule->tensorValues,
-                     [&](Value value) { return lookup(value) == common; })) {
-      settled.insert(op);
-      return false;
-    }
-  }
+  if (rule->isIdentity && propagateElementwise(op, *rule))
+    return true;
+  if (settled.contains(op))
+    return false;
 
   SmallVector<std::pair<FlatSymbolRefAttr, FactorAxes>> candidates;
   llvm::MapVector<Attribute, std::pair<FactorAxes, bool>> perMesh;

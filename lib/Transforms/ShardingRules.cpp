@@ -166,18 +166,26 @@ FactorRule reshapeRule(Value collapsedValue, Value expandedValue,
 } // namespace
 
 namespace {
-bool computeIsIdentity(const FactorRule &rule) {
+bool computeIsIdentity(FactorRule &rule) {
   for (FactorRule::Kind kind : rule.factorKinds)
     if (kind != FactorRule::Kind::Parallel)
       return false;
+  bool anyIdentity = false;
+  rule.isUnshardable.clear();
   for (const auto &dims : rule.values) {
+    if (llvm::all_of(dims, [](const auto &f) { return f.empty(); })) {
+      rule.isUnshardable.push_back(true);
+      continue;
+    }
     if (dims.size() != rule.numFactors())
       return false;
     for (auto [index, factors] : llvm::enumerate(dims))
       if (factors.size() != 1 || factors.front() != index)
         return false;
+    rule.isUnshardable.push_back(false);
+    anyIdentity = true;
   }
-  return true;
+  return anyIdentity;
 }
 
 std::optional<FactorRule> computeFactorRule(Operation *op);

@@ -40,9 +40,13 @@ struct FactorRule {
   /// The op's tensor operands followed by its tensor results.
   llvm::SmallVector<mlir::Value> tensorValues;
   unsigned numOperands = 0;
-  /// Every tensor value maps dimension i to factor i and every factor is
-  /// parallel (elementwise ops): all values share one sharding.
+  /// Every factor is parallel and every tensor value either maps dimension
+  /// i to factor i or has no factor at all (elementwise ops and their
+  /// scalar-like operands): the former share one sharding, the latter are
+  /// replicated.
   bool isIdentity = false;
+  /// With isIdentity: whether each value is of the replicated kind.
+  llvm::SmallVector<bool> isUnshardable;
 
   unsigned numFactors() const { return factorSizes.size(); }
 };

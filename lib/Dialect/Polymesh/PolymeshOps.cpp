@@ -13,6 +13,17 @@ using namespace mlir;
 using namespace polymesh;
 
 MeshAttr polymesh::lookupMesh(Operation *from, FlatSymbolRefAttr meshName) {
+  // Meshes live directly in a module: scanning its meshes is much cheaper
+  // than a generic symbol lookup, and verifiers call this for every
+  // sharding of every op.
+  Operation *table = SymbolTable::getNearestSymbolTable(from);
+  if (auto module = dyn_cast_or_null<ModuleOp>(table)) {
+    StringAttr name = meshName.getAttr();
+    for (MeshOp mesh : module.getOps<MeshOp>())
+      if (mesh.getSymNameAttr() == name)
+        return mesh.getMesh();
+    return {};
+  }
   auto mesh = SymbolTable::lookupNearestSymbolFrom<MeshOp>(from, meshName);
   return mesh ? mesh.getMesh() : MeshAttr();
 }
