@@ -476,3 +476,156 @@ ShardingAttr::verifyFor(function_ref<InFlightDiagnostic()> emitError,
       return failure();
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// BoxTransferAttr and TransferStepAttr
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Dialect/Polymesh/PolymeshEnums.cpp.inc"
+
+namespace {
+void printIntList(llvm::raw_ostream &os, ArrayRef<int64_t> values) {
+  os << "[";
+  llvm::interleaveComma(values, os);
+  os << "]";
+}
+
+ParseResult parseIntList(AsmParser &parser, SmallVectorImpl<int64_t> &out) {
+  return parseBracketList(parser, [&]() -> ParseResult {
+    int64_t value;
+    if (parser.parseInteger(value))
+      return failure();
+    out.push_back(value);
+    return success();
+  });
+}
+} // namespace
+
+int64_t BoxTransferAttr::getNumElements() const {
+  int64_t product = 1;
+  for (auto [lo, hi] : llvm::zip(getLo(), getHi()))
+    product *= std::max<int64_t>(0, hi - lo);
+  return product;
+}
+
+void BoxTransferAttr::printBody(llvm::raw_ostream &os) const {
+  os << getSrcDevice() << " -> ";
+  printIntList(os, getDstDevices());
+  os << ", ";
+  printIntList(os, getLo());
+  os << " : ";
+  printIntList(os, getHi());
+  if (getFromDestination())
+    os << ", from_destination";
+  if (getIntoSource())
+    os << ", into_source";
+  if (getAccumulate())
+    os << ", accumulate";
+  if (getPhase() != 0)
+    os << ", phase = " << getPhase();
+}
+
+BoxTransferAttr BoxTransferAttr::parseBody(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  int64_t src;
+  SmallVector<int64_t> dsts, lo, hi;
+  if (parser.parseInteger(src) || parser.parseArrow() ||
+      parseIntList(parser, dsts) || parser.parseComma() ||
+      parseIntList(parser, lo) || parser.parseColon() ||
+      parseIntList(parser, hi))
+    return {};
+  bool fromDestination = false, intoSource = false, accumulate = false;
+  int64_t phase = 0;
+  while (succeeded(parser.parseOptionalComma())) {
+    if (succeeded(parser.parseOptionalKeyword("from_destination")))
+      fromDestination = true;
+    else if (succeeded(parser.parseOptionalKeyword("into_source")))
+      intoSource = true;
+    else if (succeeded(parser.parseOptionalKeyword("accumulate")))
+      accumulate = true;
+    else if (succeeded(parser.parseOptionalKeyword("phase"))) {
+      if (parser.parseEqual() || parser.parseInteger(phase))
+        return {};
+    } else {
+      parser.emitError(parser.getCurrentLocation())
+          << "expected 'from_destination', 'into_source', 'accumulate' or "
+             "'phase = N'";
+      return {};
+    }
+  }
+  if (lo.size() != hi.size()) {
+    parser.emitError(loc) << "box corners have ranks " << lo.size() << " and "
+                          << hi.size();
+    return {};
+  }
+  return BoxTransferAttr::get(parser.getContext(), src, dsts, lo, hi,
+                              fromDestination, intoSource, accumulate, phase);
+}
+
+Attribute BoxTransferAttr::parse(AsmParser &parser, Type) {
+  if (parser.parseLess())
+    return {};
+  BoxTransferAttr result = parseBody(parser);
+  if (!result || parser.parseGreater())
+    return {};
+  return result;
+}
+
+void BoxTransferAttr::print(AsmPrinter &printer) const {
+  printer.getStream() << "<";
+  printBody(printer.getStream());
+  printer.getStream() << ">";
+}
+
+void TransferStepAttr::printBody(llvm::raw_ostream &os) const {
+  os << stringifyTransferStepKind(getKind()) << " chunk " << getChunk()
+     << " devices ";
+  printIntList(os, getDevices());
+  for (BoxTransferAttr transfer : getTransfers()) {
+    os << " {";
+    transfer.printBody(os);
+    os << "}";
+  }
+}
+
+TransferStepAttr TransferStepAttr::parseBody(AsmParser &parser) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef kindName;
+  int64_t chunk;
+  SmallVector<int64_t> devices;
+  if (parser.parseKeyword(&kindName))
+    return {};
+  std::optional<TransferStepKind> kind = symbolizeTransferStepKind(kindName);
+  if (!kind) {
+    parser.emitError(loc) << "unknown transfer step kind '" << kindName
+                          << "'";
+    return {};
+  }
+  if (parser.parseKeyword("chunk") || parser.parseInteger(chunk) ||
+      parser.parseKeyword("devices") || parseIntList(parser, devices))
+    return {};
+  SmallVector<BoxTransferAttr> transfers;
+  while (succeeded(parser.parseOptionalLBrace())) {
+    BoxTransferAttr transfer = BoxTransferAttr::parseBody(parser);
+    if (!transfer || parser.parseRBrace())
+      return {};
+    transfers.push_back(transfer);
+  }
+  return TransferStepAttr::get(parser.getContext(), *kind, chunk, devices,
+                               transfers);
+}
+
+Attribute TransferStepAttr::parse(AsmParser &parser, Type) {
+  if (parser.parseLess())
+    return {};
+  TransferStepAttr result = parseBody(parser);
+  if (!result || parser.parseGreater())
+    return {};
+  return result;
+}
+
+void TransferStepAttr::print(AsmPrinter &printer) const {
+  printer.getStream() << "<";
+  printBody(printer.getStream());
+  printer.getStream() << ">";
+}

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/OpImplementation.h"
@@ -74,6 +75,162 @@ LogicalResult ReshardOp::verify() {
 LogicalResult ReshardOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyShardingSymbolUse(*this, getSharding(), getResult().getType(),
                                  symbolTable);
+}
+
+//===----------------------------------------------------------------------===//
+// TransferOp
+//===----------------------------------------------------------------------===//
+
+/// `[step, step, ...]`, one step per line.
+static ParseResult parseTransferSteps(OpAsmParser &parser, ArrayAttr &steps) {
+  SmallVector<Attribute> parsed;
+  if (parser.parseCommaSeparatedList(
+          AsmParser::Delimiter::Square, [&]() -> ParseResult {
+            TransferStepAttr step = TransferStepAttr::parseBody(parser);
+            if (!step)
+              return failure();
+            parsed.push_back(step);
+            return success();
+          }))
+    return failure();
+  steps = parser.getBuilder().getArrayAttr(parsed);
+  return success();
+}
+
+static void printTransferSteps(OpAsmPrinter &printer, Operation *,
+                               ArrayAttr steps) {
+  printer << "[";
+  printer.increaseIndent();
+  for (auto [index, step] : llvm::enumerate(steps)) {
+    printer.printNewline();
+    cast<TransferStepAttr>(step).printBody(printer.getStream());
+    if (index + 1 != steps.size())
+      printer << ",";
+  }
+  printer.decreaseIndent();
+  if (!steps.empty())
+    printer.printNewline();
+  printer << "]";
+}
+
+LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  auto type = getResult().getType();
+  MeshAttr sourceMesh = lookupMesh(symbols, *this, getSource().getMeshName());
+  MeshAttr destinationMesh =
+      lookupMesh(symbols, *this, getDestination().getMeshName());
+  if (!sourceMesh || !destinationMesh)
+    return emitOpError() << "refers to unknown mesh "
+                         << (sourceMesh ? getDestination().getMeshName()
+                                        : getSource().getMeshName());
+  auto emit = [&]() { return emitOpError(); };
+  if (failed(getSource().verifyFor(emit, sourceMesh, type)) ||
+      failed(getDestination().verifyFor(emit, destinationMesh, type)))
+    return failure();
+  FailureOr<planner::TensorLayout> source =
+      toTensorLayout(emit, getSource(), sourceMesh, type);
+  if (failed(source))
+    return failure();
+  FailureOr<planner::TensorLayout> destination =
+      toTensorLayout(emit, getDestination(), destinationMesh, type);
+  if (failed(destination))
+    return failure();
+
+  ArrayRef<int64_t> shape = type.getShape();
+  bool reduces = !getSource().getUnreduced().empty() ||
+                 !getDestination().getUnreduced().empty();
+  llvm::DenseMap<int64_t, int64_t> received;
+  int64_t lastChunk = 0;
+  for (auto [stepIndex, stepAttr] : llvm::enumerate(getSteps())) {
+    auto step = cast<TransferStepAttr>(stepAttr);
+    auto where = [&, stepIndex = stepIndex]() {
+      InFlightDiagnostic diag = emitOpError();
+      diag << "step #" << stepIndex << " ("
+           << stringifyTransferStepKind(step.getKind()) << "): ";
+      return diag;
+    };
+    if (step.getChunk() < lastChunk)
+      return where() << "chunk " << step.getChunk()
+                     << " comes after chunk " << lastChunk
+                     << "; steps must be ordered by chunk";
+    lastChunk = step.getChunk();
+    ArrayRef<int64_t> devices = step.getDevices();
+    for (size_t i = 1; i < devices.size(); ++i)
+      if (devices[i - 1] >= devices[i])
+        return where() << "participant devices must be sorted and distinct";
+    auto participates = [&](int64_t device) {
+      return std::binary_search(devices.begin(), devices.end(), device);
+    };
+    for (auto [transferIndex, transfer] :
+         llvm::enumerate(step.getTransfers())) {
+      auto at = [&, transferIndex = transferIndex]() {
+        InFlightDiagnostic diag = where();
+        diag << "transfer #" << transferIndex << ": ";
+        return diag;
+      };
+      if (static_cast<int64_t>(transfer.getLo().size()) != type.getRank())
+        return at() << "box has rank " << transfer.getLo().size()
+                    << " but the tensor has rank " << type.getRank();
+      planner::Box box;
+      box.lo.assign(transfer.getLo().begin(), transfer.getLo().end());
+      box.hi.assign(transfer.getHi().begin(), transfer.getHi().end());
+      for (size_t d = 0; d < box.lo.size(); ++d)
+        if (box.lo[d] < 0 || box.lo[d] >= box.hi[d] || box.hi[d] > shape[d])
+          return at() << "box [" << box.lo[d] << ", " << box.hi[d]
+                      << ") of dimension " << d
+                      << " is empty or outside [0, " << shape[d] << ")";
+      if (!participates(transfer.getSrcDevice()))
+        return at() << "sender " << transfer.getSrcDevice()
+                    << " is not a participant of the step";
+      const planner::TensorLayout &senderLayout =
+          transfer.getFromDestination() ? *destination : *source;
+      std::optional<planner::Box> senderTile =
+          senderLayout.boxOfDevice(transfer.getSrcDevice());
+      if (!senderTile || senderTile->intersect(box) != box)
+        return at() << "sender " << transfer.getSrcDevice()
+                    << " does not hold the box in its "
+                    << (transfer.getFromDestination() ? "destination"
+                                                      : "source")
+                    << " buffer";
+      ArrayRef<int64_t> dsts = transfer.getDstDevices();
+      if (dsts.empty())
+        return at() << "has no receiver";
+      for (size_t i = 0; i < dsts.size(); ++i) {
+        if (i > 0 && dsts[i - 1] >= dsts[i])
+          return at() << "receivers must be sorted and distinct";
+        if (!participates(dsts[i]))
+          return at() << "receiver " << dsts[i]
+                      << " is not a participant of the step";
+        const planner::TensorLayout &receiverLayout =
+            transfer.getIntoSource() ? *source : *destination;
+        std::optional<planner::Box> tile = receiverLayout.boxOfDevice(dsts[i]);
+        if (!tile || tile->intersect(box) != box)
+          return at() << "receiver " << dsts[i]
+                      << " has no room for the box in its "
+                      << (transfer.getIntoSource() ? "source" : "destination")
+                      << " buffer";
+        if (!transfer.getIntoSource() && !transfer.getAccumulate())
+          received[dsts[i]] += transfer.getNumElements();
+      }
+    }
+  }
+  if (reduces)
+    return success();
+  // Without partial sums every destination element arrives exactly once.
+  bool identity = getSteps().empty();
+  if (identity && !source->isDeviceEquivalent(*destination))
+    return emitOpError() << "has no steps, but its source and destination "
+                            "shardings place different tiles";
+  if (identity)
+    return success();
+  for (int64_t p = 0, e = destination->numDevices(); p < e; ++p) {
+    int64_t device = destination->mesh().deviceAt(p);
+    int64_t expected = destination->boxAtPosition(p).numElements();
+    if (received.lookup(device) != expected)
+      return emitOpError() << "destination device " << device << " receives "
+                           << received.lookup(device)
+                           << " elements but its tile holds " << expected;
+  }
+  return success();
 }
 
 #define GET_OP_CLASSES

@@ -12,6 +12,8 @@
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectImplementation.h"
 
+#include "polymesh/Dialect/Polymesh/PolymeshEnums.h.inc"
+
 #define GET_ATTRDEF_CLASSES
 #include "polymesh/Dialect/Polymesh/PolymeshAttrs.h.inc"
 

@@ -9,6 +9,7 @@
 
 include "polymesh/Dialect/Polymesh/PolymeshBase.td"
 include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/IR/EnumAttr.td"
 
 def Polymesh_MeshAxisAttr : Polymesh_Attr<"MeshAxis", "mesh_axis"> {
   let summary = "A named mesh axis with a size";
@@ -113,6 +114,75 @@ def Polymesh_ShardingAttr : Polymesh_Attr<"Sharding", "sharding"> {
                                       int64_t rank);
     void printBody(mlir::AsmPrinter &printer) const;
     static ShardingAttr parseBody(mlir::AsmParser &parser);
+  }];
+}
+
+
+def Polymesh_TransferStepKind : I32EnumAttr<"TransferStepKind",
+    "How the transfers of a plan step are carried", [
+      I32EnumAttrCase<"LocalCopy", 0, "local_copy">,
+      I32EnumAttrCase<"ZeroFill", 1, "zero_fill">,
+      I32EnumAttrCase<"AllGather", 2, "all_gather">,
+      I32EnumAttrCase<"AllToAll", 3, "all_to_all">,
+      I32EnumAttrCase<"CollectivePermute", 4, "collective_permute">,
+      I32EnumAttrCase<"Broadcast", 5, "broadcast">,
+      I32EnumAttrCase<"SendRecv", 6, "send_recv">,
+      I32EnumAttrCase<"AllReduce", 7, "all_reduce">,
+      I32EnumAttrCase<"ReduceScatter", 8, "reduce_scatter">,
+    ]> {
+  let cppNamespace = "::polymesh";
+  let genSpecializedAttr = 0;
+}
+
+def Polymesh_BoxTransferAttr : Polymesh_Attr<"BoxTransfer", "box_transfer"> {
+  let summary = "One box moved from one device to one or more devices";
+  let description = [{
+    `<0 -> [2, 4], [0, 0] : [4096, 512]>`: device 0 sends the half-open box
+    `[0, 4096) x [0, 512)` (global tensor coordinates) to devices 2 and 4.
+    Optional flags after the box: `from_destination` (read the sender's
+    destination buffer instead of its source buffer), `into_source` (write
+    the receivers' source buffers), `accumulate` (add instead of overwrite,
+    for reductions) and `phase = N` (phase 0 of a step completes before
+    phase 1 starts).
+  }];
+  let parameters = (ins
+    "int64_t":$srcDevice,
+    ArrayRefParameter<"int64_t", "receiving devices">:$dstDevices,
+    ArrayRefParameter<"int64_t", "box lower corner">:$lo,
+    ArrayRefParameter<"int64_t", "box upper corner">:$hi,
+    "bool":$fromDestination,
+    "bool":$intoSource,
+    "bool":$accumulate,
+    "int64_t":$phase);
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDeclaration = [{
+    void printBody(llvm::raw_ostream &os) const;
+    static BoxTransferAttr parseBody(mlir::AsmParser &parser);
+    int64_t getNumElements() const;
+  }];
+}
+
+def Polymesh_TransferStepAttr : Polymesh_Attr<"TransferStep", "transfer_step"> {
+  let summary = "One step of a transfer plan";
+  let description = [{
+    `<broadcast chunk 0 devices [0, 2, 4] {0 -> [2, 4], [0, 0] : [8, 8]}>`:
+    the collective that carries the step (`local_copy`, `zero_fill`,
+    `all_gather`, `all_to_all`, `collective_permute`, `broadcast`,
+    `send_recv`, `all_reduce`, `reduce_scatter`), the chunk it belongs to
+    (steps of one chunk share the staging-memory budget), its participant
+    devices (sorted) and its box transfers. A backend can always run a step
+    as grouped sends and receives of packed boxes; the kind says which
+    collective carries it where one does.
+  }];
+  let parameters = (ins
+    "TransferStepKind":$kind,
+    "int64_t":$chunk,
+    ArrayRefParameter<"int64_t", "participant devices">:$devices,
+    ArrayRefParameter<"BoxTransferAttr", "box transfers">:$transfers);
+  let hasCustomAssemblyFormat = 1;
+  let extraClassDeclaration = [{
+    void printBody(llvm::raw_ostream &os) const;
+    static TransferStepAttr parseBody(mlir::AsmParser &parser);
   }];
 }
 

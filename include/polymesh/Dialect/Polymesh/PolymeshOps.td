@@ -66,4 +66,43 @@ def Polymesh_ReshardOp : Polymesh_ShardingOpBase<"reshard", [Pure]> {
   }];
 }
 
+
+def Polymesh_TransferOp : Polymesh_Op<"transfer", [Pure,
+    SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "A planned reshard: device-level box transfers";
+  let description = [{
+    ```mlir
+    %1 = polymesh.transfer %0 <@replica0, [{}, {"tp"} ]> -> <@train, [{}, {"tp"} ]> steps [
+      local_copy chunk 0 devices [0] {0 -> [0], [0, 0] : [4096, 512]},
+      broadcast chunk 0 devices [0, 2, 4] {0 -> [2, 4], [0, 0] : [4096, 512]}
+    ] : tensor<4096x1024xf32>
+    ```
+    The result is the operand moved from the `source` sharding to the
+    `destination` sharding by the listed steps, in order. Each device holds
+    a *source buffer* (its source tile) and a *destination buffer* (its
+    destination tile); a box transfer copies a box, in global tensor
+    coordinates, out of the sender's buffer into each receiver's buffer.
+    `--polymesh-plan` creates these ops from `polymesh.reshard`; both the CPU
+    and the CUDA lowering consume them.
+
+    The verifier checks that the shardings fit the tensor, that every
+    sender and receiver holds the buffer a transfer reads or writes and that
+    the box lies inside its tile there, that steps are ordered by chunk,
+    and, for plans without partial sums, that every destination device
+    receives exactly as many elements as its tile holds. An empty plan is
+    allowed only between device-equivalent shardings.
+  }];
+  let arguments = (ins AnyRankedTensor:$input,
+                       Polymesh_ShardingAttr:$source,
+                       Polymesh_ShardingAttr:$destination,
+                       TypedArrayAttrBase<Polymesh_TransferStepAttr,
+                                          "transfer steps">:$steps);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input $source `->` $destination `steps` custom<TransferSteps>($steps)
+    attr-dict `:` type($result)
+  }];
+}
+
 #endif // POLYMESH_DIALECT_POLYMESH_OPS_TD

@@ -1,0 +1,44 @@
+// RUN: polymesh-opt %s | FileCheck %s
+// RUN: polymesh-opt %s | polymesh-opt | FileCheck %s
+// RUN: polymesh-opt %s --mlir-print-op-generic | polymesh-opt | FileCheck %s
+
+// polymesh.transfer: a planned reshard, printed one step per line.
+
+polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
+polymesh.mesh @train = <["dp"=2, "tp"=2]>
+polymesh.mesh @m = <["a"=2]>
+
+// CHECK-LABEL: func.func @broadcast
+// CHECK: polymesh.transfer %arg0 <@replica0, [{}, {"tp"}]> -> <@train, [{}, {"tp"}]> steps [
+// CHECK-NEXT: local_copy chunk 0 devices [0, 1] {0 -> [0], [0, 0] : [4, 4]} {1 -> [1], [0, 4] : [4, 8]},
+// CHECK-NEXT: broadcast chunk 0 devices [0, 2] {0 -> [2], [0, 0] : [4, 4]},
+// CHECK-NEXT: broadcast chunk 0 devices [1, 3] {1 -> [3], [0, 4] : [4, 8]}
+// CHECK-NEXT: ] : tensor<4x8xf32>
+func.func @broadcast(%x: tensor<4x8xf32>) -> tensor<4x8xf32> {
+  %0 = polymesh.transfer %x <@replica0, [{}, {"tp"}]> -> <@train, [{}, {"tp"}]> steps [
+    local_copy chunk 0 devices [0, 1] {0 -> [0], [0, 0] : [4, 4]} {1 -> [1], [0, 4] : [4, 8]},
+    broadcast chunk 0 devices [0, 2] {0 -> [2], [0, 0] : [4, 4]},
+    broadcast chunk 0 devices [1, 3] {1 -> [3], [0, 4] : [4, 8]}
+  ] : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+
+// Device-equivalent shardings need no step.
+// CHECK-LABEL: func.func @identity
+// CHECK: polymesh.transfer %arg0 <@train, [{"dp", "tp"}]> -> <@train, [{"dp", "tp"}]> steps [] : tensor<8xf32>
+func.func @identity(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = polymesh.transfer %x <@train, [{"dp", "tp"}]> -> <@train, [{"dp", "tp"}]> steps [] : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// Reductions: phases, accumulation and buffer flags.
+// CHECK-LABEL: func.func @all_reduce
+// CHECK: all_reduce chunk 0 devices [0, 1] {1 -> [0], [0] : [2], accumulate} {0 -> [1], [2] : [4], accumulate} {0 -> [1], [0] : [2], phase = 1} {1 -> [0], [2] : [4], phase = 1}
+// CHECK: local_copy chunk 0 devices [0, 1] {0 -> [0], [0] : [4], from_destination, into_source}
+func.func @all_reduce(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = polymesh.transfer %x <@m, [{}], unreduced={"a"}> -> <@m, [{}]> steps [
+    all_reduce chunk 0 devices [0, 1] {1 -> [0], [0] : [2], accumulate} {0 -> [1], [2] : [4], accumulate} {0 -> [1], [0] : [2], phase = 1} {1 -> [0], [2] : [4], phase = 1},
+    local_copy chunk 0 devices [0, 1] {0 -> [0], [0] : [4], from_destination, into_source}
+  ] : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
