@@ -72,7 +72,7 @@ PlanCache::getOrPlan(const TensorLayout &source,
                      const PlanOptions &options) {
   std::string cacheKey = key(source, destination, elementBytes, options);
   {
-    absl::MutexLock lock(&mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
     auto it = plans_.find(cacheKey);
     if (it != plans_.end()) {
       ++hits_;
@@ -85,28 +85,28 @@ PlanCache::getOrPlan(const TensorLayout &source,
   if (!plan.ok())
     return plan.status();
   auto shared = std::make_shared<const TransferPlan>(std::move(*plan));
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   auto [it, inserted] = plans_.try_emplace(std::move(cacheKey), shared);
   return it->second;
 }
 
 int64_t PlanCache::hits() const {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return hits_;
 }
 
 int64_t PlanCache::misses() const {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return misses_;
 }
 
 size_t PlanCache::size() const {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   return plans_.size();
 }
 
 void PlanCache::clear() {
-  absl::MutexLock lock(&mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   plans_.clear();
   hits_ = misses_ = 0;
 }
