@@ -33,9 +33,9 @@ absl::Status Mesh::validate() const {
   absl::flat_hash_set<std::string> names;
   for (const MeshAxis &axis : axes) {
     if (axis.size <= 0)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "axis \"", axis.name, "\" has size ", axis.size,
-          "; expected a positive size"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("axis \"", axis.name, "\" has size ", axis.size,
+                       "; expected a positive size"));
     if (!names.insert(axis.name).second)
       return absl::InvalidArgumentError(
           absl::StrCat("duplicate axis name \"", axis.name, "\""));
@@ -48,9 +48,11 @@ absl::Status Mesh::validate() const {
   if (deviceIds.empty())
     return absl::OkStatus();
   if (static_cast<int64_t>(deviceIds.size()) != product)
-    return absl::InvalidArgumentError(
-        absl::StrCat("mesh has ", deviceIds.size(), " device ids but its axes "
-                     "hold ", product, " devices"));
+    return absl::InvalidArgumentError(absl::StrCat("mesh has ",
+                                                   deviceIds.size(),
+                                                   " device ids but its axes "
+                                                   "hold ",
+                                                   product, " devices"));
   absl::flat_hash_set<int64_t> seen;
   for (int64_t id : deviceIds) {
     if (id < 0)
@@ -164,9 +166,8 @@ absl::Status validateRef(const Mesh &mesh, const AxisRef &ref) {
         absl::StrCat("axis index ", ref.axis, " is not an axis of the mesh"));
   const MeshAxis &axis = mesh.axes[ref.axis];
   if (ref.preSize <= 0 || ref.size <= 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("sub-axis of \"", axis.name,
-                     "\" has a non-positive pre-size or size"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sub-axis of \"", axis.name, "\" has a non-positive pre-size or size"));
   std::optional<int64_t> span = checkedMul(ref.preSize, ref.size);
   if (!span || axis.size % *span != 0)
     return absl::InvalidArgumentError(absl::StrCat(

@@ -214,8 +214,7 @@ void FunctionPropagator::seed() {
 
 std::optional<Placement>
 FunctionPropagator::makePlacement(const FactorRule &rule,
-                                  FlatSymbolRefAttr meshName,
-                                  FactorAxes axes) {
+                                  FlatSymbolRefAttr meshName, FactorAxes axes) {
   MeshAttr mesh = getMesh(meshName);
   if (!mesh)
     return std::nullopt;
@@ -224,8 +223,7 @@ FunctionPropagator::makePlacement(const FactorRule &rule,
   placement.meshName = meshName;
   placement.mesh = mesh;
   for (unsigned i = 0, e = rule.values.size(); i < e; ++i)
-    placement.derived.push_back(
-        deriveSharding(rule, i, axes, meshName, mesh));
+    placement.derived.push_back(deriveSharding(rule, i, axes, meshName, mesh));
   for (const auto &factorAxes : axes)
     for (AxisRefAttr axis : factorAxes)
       placement.shards *= axis.getSizeIn(mesh);
@@ -409,10 +407,10 @@ bool FunctionPropagator::propagateElementwise(Operation *op,
         return false;
       continue;
     }
-    changed |= assign(value, ShardingAttr::getReplicated(
-                                 op->getContext(), common.getMeshName(),
-                                 cast<RankedTensorType>(value.getType())
-                                     .getRank()));
+    changed |=
+        assign(value, ShardingAttr::getReplicated(
+                          op->getContext(), common.getMeshName(),
+                          cast<RankedTensorType>(value.getType()).getRank()));
   }
   settled.insert(op);
   return changed;
@@ -468,8 +466,7 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
     MeshAttr mesh = getMesh(meshName);
     if (!mesh)
       return false;
-    mergeInto(merged,
-              proposeFactorAxes(*rule, index, sharding, mesh), clash);
+    mergeInto(merged, proposeFactorAxes(*rule, index, sharding, mesh), clash);
   }
   if (clash)
     return false;
@@ -530,8 +527,7 @@ bool FunctionPropagator::resolve(Operation *op) {
 
   std::optional<Placement> best;
   for (auto &[meshName, axes] : candidates) {
-    std::optional<Placement> placement =
-        makePlacement(*rule, meshName, axes);
+    std::optional<Placement> placement = makePlacement(*rule, meshName, axes);
     if (!placement)
       continue;
     bool consistent = true;
@@ -642,8 +638,7 @@ bool FunctionPropagator::resolveWithoutRule(Operation *op) {
     }
     if (settled)
       return false;
-    std::pair<int64_t, std::string> candidate{cost,
-                                             meshName.getValue().str()};
+    std::pair<int64_t, std::string> candidate{cost, meshName.getValue().str()};
     if (!best || candidate < *best)
       best = candidate;
   }
@@ -715,8 +710,7 @@ bool FunctionPropagator::applyAmbient(bool &failedOut) {
     for (auto [index, operand] : llvm::enumerate(terminator->getOperands())) {
       if (!unplacedSet.contains(operand))
         continue;
-      InFlightDiagnostic diag = function->emitError()
-                                << "result #" << index;
+      InFlightDiagnostic diag = function->emitError() << "result #" << index;
       if (auto leaf = function.getResultAttrOfType<StringAttr>(
               index, PolymeshDialect::kLeafAttrName))
         diag << " (leaf \"" << leaf.getValue() << "\")";
@@ -751,11 +745,10 @@ LogicalResult FunctionPropagator::finalize() {
       // A constraint on a value placed elsewhere moves it explicitly.
       Value input = constraint.getInput();
       ShardingAttr current = lookup(input);
-      if (current &&
-          !isDeviceEquivalent(current, constraint.getSharding(),
-                              input.getType()))
-        constraint.getInputMutable().assign(insertReshardBefore(
-            constraint, input, constraint.getSharding()));
+      if (current && !isDeviceEquivalent(current, constraint.getSharding(),
+                                         input.getType()))
+        constraint.getInputMutable().assign(
+            insertReshardBefore(constraint, input, constraint.getSharding()));
       continue;
     }
     if (isa<ReshardOp>(op))

@@ -217,9 +217,8 @@ std::optional<FactorRule> computeFactorRule(Operation *op) {
   // tensor operand of the same shape.
   bool elementwise = OpTrait::hasElementwiseMappableTraits(op);
   bool creates = op->getNumResults() > 0 &&
-                 llvm::none_of(op->getOperandTypes(), [](Type type) {
-                   return isa<TensorType>(type);
-                 });
+                 llvm::none_of(op->getOperandTypes(),
+                               [](Type type) { return isa<TensorType>(type); });
   if (!elementwise && !creates)
     return std::nullopt;
   if (op->getNumResults() == 0)

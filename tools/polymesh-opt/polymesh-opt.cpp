@@ -44,6 +44,6 @@ int main(int argc, char **argv) {
 
   polymesh::registerPolymeshPasses();
 
-  return mlir::asMainReturnCode(mlir::MlirOptMain(
-      argc, argv, "Polymesh optimizer driver\n", registry));
+  return mlir::asMainReturnCode(
+      mlir::MlirOptMain(argc, argv, "Polymesh optimizer driver\n", registry));
 }

@@ -200,10 +200,10 @@ AxisRefAttr parseAxisRefBody(AsmParser &parser) {
     // Structural checks that need no mesh; division by the axis size is
     // checked where the mesh is known.
     if (preSize < 1 || size < 2) {
-      parser.emitError(loc) << "sub-axis \"" << name << "\":(" << preSize
-                            << ")" << size
-                            << " is invalid; expected a pre-size >= 1 and "
-                               "a size >= 2";
+      parser.emitError(loc)
+          << "sub-axis \"" << name << "\":(" << preSize << ")" << size
+          << " is invalid; expected a pre-size >= 1 and "
+             "a size >= 2";
       return {};
     }
   }
@@ -425,10 +425,11 @@ ShardingAttr::verifyFor(function_ref<InFlightDiagnostic()> emitError,
         std::string text;
         llvm::raw_string_ostream textOs(text);
         ref.print(textOs);
-        return emitError() << "sub-axis " << text << " in " << where
-                    << " does not divide axis \"" << ref.getName()
-                    << "\" of size " << axis.getSize()
-                    << "; expected pre-size * size to divide the axis size";
+        return emitError()
+               << "sub-axis " << text << " in " << where
+               << " does not divide axis \"" << ref.getName() << "\" of size "
+               << axis.getSize()
+               << "; expected pre-size * size to divide the axis size";
       }
       if (span == axis.getSize() && ref.getPreSize() == 1) {
         return emitError() << "sub-axis \"" << ref.getName() << "\":(1)"
@@ -597,8 +598,7 @@ TransferStepAttr TransferStepAttr::parseBody(AsmParser &parser) {
     return {};
   std::optional<TransferStepKind> kind = symbolizeTransferStepKind(kindName);
   if (!kind) {
-    parser.emitError(loc) << "unknown transfer step kind '" << kindName
-                          << "'";
+    parser.emitError(loc) << "unknown transfer step kind '" << kindName << "'";
     return {};
   }
   if (parser.parseKeyword("chunk") || parser.parseInteger(chunk) ||

@@ -97,8 +97,8 @@ LogicalResult PolymeshDialect::verifyOperationAttribute(Operation *op,
              << "' must be a flat symbol reference to a polymesh.mesh, got "
              << attr.getValue();
     if (!lookupMesh(op, meshName))
-      return op->emitError() << "ambient mesh " << meshName
-                             << " does not name a polymesh.mesh";
+      return op->emitError()
+             << "ambient mesh " << meshName << " does not name a polymesh.mesh";
     return success();
   }
   if (name == kShardingAttrName) {
@@ -108,10 +108,9 @@ LogicalResult PolymeshDialect::verifyOperationAttribute(Operation *op,
                                 "and results";
     if (auto list = dyn_cast<ArrayAttr>(attr.getValue())) {
       if (list.size() != op->getNumResults())
-        return op->emitError()
-               << "'" << kShardingAttrName << "' lists " << list.size()
-               << " shardings but the op has " << op->getNumResults()
-               << " results";
+        return op->emitError() << "'" << kShardingAttrName << "' lists "
+                               << list.size() << " shardings but the op has "
+                               << op->getNumResults() << " results";
       for (auto [index, element] : llvm::enumerate(list))
         if (failed(verifyShardingFor(op, element,
                                      op->getResult(index).getType(),

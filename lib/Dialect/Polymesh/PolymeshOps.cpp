@@ -41,19 +41,18 @@ LogicalResult verifyShardingSymbolUse(Operation *op, ShardingAttr sharding,
                                       SymbolTableCollection &symbolTable) {
   MeshAttr mesh = lookupMesh(symbolTable, op, sharding.getMeshName());
   if (!mesh)
-    return op->emitOpError() << "refers to unknown mesh "
-                             << sharding.getMeshName()
-                             << "; expected a polymesh.mesh symbol";
+    return op->emitOpError()
+           << "refers to unknown mesh " << sharding.getMeshName()
+           << "; expected a polymesh.mesh symbol";
   return sharding.verifyFor([&]() { return op->emitOpError(); }, mesh, type);
 }
 
 LogicalResult verifyShardingRank(Operation *op, ShardingAttr sharding,
                                  RankedTensorType type) {
   if (static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
-    return op->emitOpError()
-           << "sharding has " << sharding.getDims().size()
-           << " dimension shardings but the tensor type " << type
-           << " has rank " << type.getRank();
+    return op->emitOpError() << "sharding has " << sharding.getDims().size()
+                             << " dimension shardings but the tensor type "
+                             << type << " has rank " << type.getRank();
   return success();
 }
 } // namespace
@@ -62,8 +61,8 @@ LogicalResult ShardingConstraintOp::verify() {
   return verifyShardingRank(*this, getSharding(), getResult().getType());
 }
 
-LogicalResult ShardingConstraintOp::verifySymbolUses(
-    SymbolTableCollection &symbolTable) {
+LogicalResult
+ShardingConstraintOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return verifyShardingSymbolUse(*this, getSharding(), getResult().getType(),
                                  symbolTable);
 }
@@ -149,9 +148,8 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       return diag;
     };
     if (step.getChunk() < lastChunk)
-      return where() << "chunk " << step.getChunk()
-                     << " comes after chunk " << lastChunk
-                     << "; steps must be ordered by chunk";
+      return where() << "chunk " << step.getChunk() << " comes after chunk "
+                     << lastChunk << "; steps must be ordered by chunk";
     lastChunk = step.getChunk();
     ArrayRef<int64_t> devices = step.getDevices();
     for (size_t i = 1; i < devices.size(); ++i)
@@ -176,8 +174,8 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       for (size_t d = 0; d < box.lo.size(); ++d)
         if (box.lo[d] < 0 || box.lo[d] >= box.hi[d] || box.hi[d] > shape[d])
           return at() << "box [" << box.lo[d] << ", " << box.hi[d]
-                      << ") of dimension " << d
-                      << " is empty or outside [0, " << shape[d] << ")";
+                      << ") of dimension " << d << " is empty or outside [0, "
+                      << shape[d] << ")";
       if (!participates(transfer.getSrcDevice()))
         return at() << "sender " << transfer.getSrcDevice()
                     << " is not a participant of the step";
