@@ -1118,6 +1118,33 @@ std::vector<Step> chunkSteps(std::vector<Step> steps, int64_t limit,
   return chunked;
 }
 
+/// A cheap necessary condition for TensorLayout::isDeviceEquivalent: the two
+/// layouts hold the same boxes on the same device ids. It spares most plans
+/// the exhaustive check (which also compares reduction groups).
+bool sameBoxesOnSameDevices(const TensorLayout &a, const TensorLayout &b,
+                            const DeviceIndex &index) {
+  if (a.numDevices() != b.numDevices())
+    return false;
+  TileGrid gridA(a, {}), gridB(b, {});
+  std::vector<int64_t> positionInA(index.size(), -1);
+  for (int64_t p = 0, e = a.numDevices(); p < e; ++p)
+    positionInA[index.at(a.mesh().deviceAt(p))] = p;
+  for (int64_t p = 0, e = b.numDevices(); p < e; ++p) {
+    int64_t q = positionInA[index.at(b.mesh().deviceAt(p))];
+    if (q < 0)
+      return false;
+    int64_t shardA = gridA.shardOf(q), shardB = gridB.shardOf(p);
+    for (size_t d = gridA.shape.size(); d-- > 0;) {
+      int64_t i = shardA % gridA.numShards[d], j = shardB % gridB.numShards[d];
+      shardA /= gridA.numShards[d];
+      shardB /= gridB.numShards[d];
+      if (gridA.lo(d, i) != gridB.lo(d, j) || gridA.hi(d, i) != gridB.hi(d, j))
+        return false;
+    }
+  }
+  return true;
+}
+
 Step localStep(StepKind kind, std::vector<Transfer> transfers, int64_t chunk) {
   Step step{kind, chunk, {}, std::move(transfers)};
   for (const Transfer &transfer : step.transfers)
@@ -1163,11 +1190,6 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   plan.shape = source.shape();
   plan.elementBytes = elementBytes;
   plan.memoryLimitBytes = options.memoryLimitBytes;
-  if (source.isDeviceEquivalent(destination)) {
-    plan.identity = true;
-    recomputePlanStats(plan);
-    return plan;
-  }
 
   std::vector<int64_t> ids;
   ids.reserve(source.numDevices() + destination.numDevices());
@@ -1176,6 +1198,13 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   for (int64_t p = 0, e = destination.numDevices(); p < e; ++p)
     ids.push_back(destination.mesh().deviceAt(p));
   DeviceIndex index(std::move(ids));
+
+  if (sameBoxesOnSameDevices(source, destination, index) &&
+      source.isDeviceEquivalent(destination)) {
+    plan.identity = true;
+    recomputePlanStats(plan);
+    return plan;
+  }
 
   UnreducedSplit split = splitUnreduced(source, destination);
   std::vector<Step> reductionSteps;

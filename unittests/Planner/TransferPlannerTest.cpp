@@ -290,6 +290,18 @@ TEST(TransferPlanner, DisjointPipelineStage) {
   EXPECT_EQ(fromReplicas.maxSendBytes, 8 * 8 / 4 * 4);
 }
 
+TEST(TransferPlanner, LargeAndSparseDeviceIds) {
+  // Ids far apart take the hashed path of the dense device numbering.
+  int64_t base = int64_t(1) << 40;
+  Mesh first = makeMesh({{"a", 2}, {"b", 2}}, {base, 7, base * 3, 12});
+  Mesh second = makeMesh({{"c", 4}}, {12, base * 5, 7, base});
+  TensorLayout src = layout(first, {{"a"}, {"b"}}, {6, 5});
+  TransferPlan plan = planAndCheck(src, layout(second, {{}, {"c"}}, {6, 5}));
+  EXPECT_GT(plan.count(StepKind::LocalCopy), 0);
+  ASSERT_FALSE(plan.perDevice.empty());
+  EXPECT_EQ(plan.perDevice.back().device, base * 5);
+}
+
 TEST(TransferPlanner, SingleDeviceToMeshIsOneBroadcast) {
   Mesh one = makeMesh({}, {3});
   Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
