@@ -87,4 +87,46 @@ def PolymeshPrintLeaves : Pass<"polymesh-print-leaves", "mlir::ModuleOp"> {
   ];
 }
 
+
+def PolymeshPlan : Pass<"polymesh-plan", "mlir::ModuleOp"> {
+  let summary = "Turns every polymesh.reshard into a planned polymesh.transfer";
+  let description = [{
+    Plans every `polymesh.reshard` with the transfer planner (`lib/Planner`)
+    and replaces it with a `polymesh.transfer` whose steps say which box of
+    which device goes to which devices, and which collective carries it.
+    Plans are bytes-optimal (every device receives exactly what it lacks),
+    spread the sending load over source replicas, are empty between
+    device-equivalent shardings, and are chunked so that no device stages
+    more than `memory-limit-bytes` at once. Identical reshards are planned
+    once (a thread-safe plan cache keyed by the full input).
+
+    A reshard that cannot be planned (a dynamic shape, a mesh the planner
+    rejects, a memory limit too small for one element row) is an error at
+    its location; no reshard is left behind.
+
+    Options:
+    * `memory-limit-bytes=N`: staging bytes per device at once (0: no limit).
+    * `stats-file=PATH`: one JSON object per reshard, no-ops included, with
+      `function`, `location`, `shape`, `dtype`, `source`, `destination`,
+      `bytes_moved`, `lower_bound_bytes`, `max_device_recv_bytes`,
+      `max_device_send_bytes`, `peak_temp_bytes` and `steps` (a count per
+      step kind). `-` writes to stdout.
+    * `print-plan`: prints a readable plan of every reshard to stdout.
+    * `comm-matrix=PATH`: writes an SVG heat map of the bytes each device
+      sends to each other device, over all reshards of the module.
+  }];
+  let dependentDialects = ["::polymesh::PolymeshDialect"];
+  let options = [
+    Option<"memoryLimitBytes", "memory-limit-bytes", "int64_t",
+           /*default=*/"0",
+           "Most staging bytes a device may hold at once (0: unlimited)">,
+    Option<"statsFile", "stats-file", "std::string", /*default=*/"\"\"",
+           "Write one JSON object per reshard to this file ('-': stdout)">,
+    Option<"printPlan", "print-plan", "bool", /*default=*/"false",
+           "Print a readable plan of every reshard to stdout">,
+    Option<"commMatrix", "comm-matrix", "std::string", /*default=*/"\"\"",
+           "Write a device x device bytes matrix as SVG to this file">,
+  ];
+}
+
 #endif // POLYMESH_TRANSFORMS_PASSES_TD
