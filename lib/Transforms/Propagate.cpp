@@ -23,6 +23,7 @@
 #include "llvm/ADT/SetVector.h"
 
 #include <deque>
+#include <map>
 #include <limits>
 
 namespace polymesh {
@@ -96,14 +97,14 @@ private:
     return inserted;
   }
 
-  /// The op's rule, computed once. Its values are refreshed on every call:
-  /// inserted reshards replace operands after the rule was computed.
+  /// The op's rule. Ops of one signature (name, operand and result types,
+  /// properties) share one rule, computed once. Its values are refreshed on
+  /// every call, so a caller must not hold the reference across another
+  /// call: inserted reshards replace operands, and other ops share it.
   const std::optional<FactorRule> &ruleOf(Operation *op) {
-    auto [it, inserted] = ruleIndex.try_emplace(op, rules.size());
-    if (inserted) {
-      rules.push_back(getFactorRule(op));
-      return rules.back();
-    }
+    auto [it, inserted] = ruleIndex.try_emplace(op, 0);
+    if (inserted)
+      it->second = sharedRuleIndex(op);
     std::optional<FactorRule> &rule = rules[it->second];
     if (rule) {
       SmallVector<Value> &values = rule->tensorValues;
@@ -137,12 +138,40 @@ private:
                             ShardingAttr sharding);
   void insertReshardAfter(Value result, ShardingAttr sharding);
 
-  SmallVector<Operation *> bodyOps() {
-    SmallVector<Operation *> ops;
+  /// Index into `rules` of the rule for `op`'s signature.
+  unsigned sharedRuleIndex(Operation *op) {
+    SmallVector<const void *, 8> key;
+    key.push_back(op->getName().getAsOpaquePointer());
+    for (Type type : op->getOperandTypes())
+      key.push_back(type.getAsOpaquePointer());
+    key.push_back(nullptr);
+    for (Type type : op->getResultTypes())
+      key.push_back(type.getAsOpaquePointer());
+    // Properties (permutations, dimensions, indexing maps) shape the rule;
+    // ops with regions are never shared, their bodies may differ too.
+    if (op->getNumRegions() != 0)
+      key.push_back(op);
+    key.push_back(op->getPropertiesAsAttribute().getAsOpaquePointer());
+    for (NamedAttribute attr : op->getAttrs())
+      if (!attr.getName().getValue().starts_with("polymesh."))
+        key.push_back(attr.getValue().getAsOpaquePointer());
+    auto [it, inserted] = ruleBySignature.try_emplace(
+        std::vector<const void *>(key.begin(), key.end()), rules.size());
+    if (inserted)
+      rules.push_back(getFactorRule(op));
+    return it->second;
+  }
+
+  /// The function's ops in order; rebuilt only after ops were inserted.
+  ArrayRef<Operation *> bodyOps() {
+    if (!opsDirty)
+      return opsCache;
+    opsCache.clear();
     for (Block &block : function.getFunctionBody())
       for (Operation &op : block)
-        ops.push_back(&op);
-    return ops;
+        opsCache.push_back(&op);
+    opsDirty = false;
+    return opsCache;
   }
 
   FunctionOpInterface function;
@@ -150,9 +179,14 @@ private:
   SymbolTableCollection &symbols;
   llvm::DenseMap<Attribute, MeshAttr> meshes;
   llvm::DenseMap<Value, ShardingAttr> known;
-  /// Rules live in a deque (stable references); the map holds indices.
+  /// Rules live in a deque (stable references); the maps hold indices.
   llvm::DenseMap<Operation *, unsigned> ruleIndex;
+  std::map<std::vector<const void *>, unsigned> ruleBySignature;
   std::deque<std::optional<FactorRule>> rules;
+  SmallVector<Operation *> opsCache;
+  bool opsDirty = true;
+  /// An extended value unsettled ops that the current sweep may not visit.
+  bool reopened = false;
   llvm::SmallPtrSet<Operation *, 4> warned;
   /// Ops whose values are all placed and agree; nothing changes them again.
   llvm::DenseSet<Operation *> settled;
@@ -348,6 +382,7 @@ void FunctionPropagator::extendValue(Value value, ShardingAttr extended) {
     settled.erase(producer);
   for (Operation *user : value.getUsers())
     settled.erase(user);
+  reopened = true;
 }
 
 Value FunctionPropagator::insertReshardBefore(Operation *user, Value value,
@@ -356,6 +391,7 @@ Value FunctionPropagator::insertReshardBefore(Operation *user, Value value,
   auto reshard = ReshardOp::create(builder, user->getLoc(), value.getType(),
                                    value, sharding);
   assign(reshard.getResult(), sharding);
+  opsDirty = true;
   return reshard.getResult();
 }
 
@@ -367,6 +403,7 @@ void FunctionPropagator::insertReshardAfter(Value result,
                                    result, sharding);
   result.replaceAllUsesExcept(reshard.getResult(), reshard);
   assign(reshard.getResult(), sharding);
+  opsDirty = true;
 }
 
 /// Fast path for elementwise rules: when every placed value of the
@@ -830,6 +867,7 @@ void FunctionPropagator::cloneSharedConstants() {
       OpBuilder builder(use->getOwner());
       use->set(builder.clone(*op)->getResult(0));
     }
+    opsDirty = true;
   }
 }
 
@@ -842,22 +880,30 @@ LogicalResult FunctionPropagator::run() {
   // op for good; the bound only guards against a rule that keeps changing.
   const unsigned maxRounds = 64 + 4 * bodyOps().size();
   for (unsigned round = 0; round < maxRounds; ++round) {
+    // Sweeps skip settled ops: they never change again (an extended value
+    // unsettles its ops, and the next round picks them up).
+    SmallVector<Operation *> active;
+    for (Operation *op : bodyOps())
+      if (!settled.contains(op))
+        active.push_back(op);
     bool changed = true;
     while (changed) {
       changed = false;
-      SmallVector<Operation *> ops = bodyOps();
-      for (Operation *op : ops)
+      for (Operation *op : active)
         changed |= propagateOnce(op);
-      for (Operation *op : llvm::reverse(ops))
+      for (Operation *op : llvm::reverse(active))
         changed |= propagateOnce(op);
+      llvm::erase_if(active, [&](Operation *op) { return settled.contains(op); });
     }
     bool resolved = false;
-    for (Operation *op : bodyOps())
+    for (Operation *op : active)
       resolved |= resolve(op);
     if (hadError)
       return failure();
-    if (resolved)
+    if (resolved || reopened) {
+      reopened = false;
       continue;
+    }
     bool failedAmbient = false;
     if (applyAmbient(failedAmbient))
       continue;
