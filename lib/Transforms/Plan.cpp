@@ -214,7 +214,7 @@ public:
     ModuleOp module = getOperation();
     if (memoryLimitBytes < 0) {
       module.emitError() << "memory-limit-bytes must not be negative, got "
-                         << memoryLimitBytes;
+                         << static_cast<int64_t>(memoryLimitBytes);
       return signalPassFailure();
     }
     SymbolTableCollection symbols;

@@ -23,8 +23,8 @@
 #include "llvm/ADT/SetVector.h"
 
 #include <deque>
-#include <map>
 #include <limits>
+#include <map>
 
 namespace polymesh {
 #define GEN_PASS_DEF_POLYMESHPROPAGATE
@@ -134,6 +134,9 @@ private:
   int64_t moveCost(ShardingAttr from, ShardingAttr to, Type type);
   bool isDeviceEquivalent(ShardingAttr a, ShardingAttr b, Type type);
   void extendValue(Value value, ShardingAttr extended);
+  void applyPlacement(Operation *op, ArrayRef<Value> values,
+                      unsigned numOperands, ArrayRef<ShardingAttr> targets,
+                      bool allowExtension);
   Value insertReshardBefore(Operation *user, Value value,
                             ShardingAttr sharding);
   void insertReshardAfter(Value result, ShardingAttr sharding);
@@ -608,12 +611,24 @@ bool FunctionPropagator::resolve(Operation *op) {
   if (!best)
     return false;
 
-  // Operands move to the placement; annotated results keep their sharding
-  // through a reshard after the op.
   settled.insert(op);
+  SmallVector<Value> values(rule->tensorValues);
+  applyPlacement(op, values, rule->numOperands, best->derived,
+                 /*allowExtension=*/true);
+  return true;
+}
+
+/// Moves an op's values to `targets`: unplaced values take them, open
+/// dimensions extend where allowed, operands that differ are resharded
+/// before the op, and results that were placed otherwise keep that
+/// sharding through a reshard after it.
+void FunctionPropagator::applyPlacement(Operation *op, ArrayRef<Value> values,
+                                        unsigned numOperands,
+                                        ArrayRef<ShardingAttr> targets,
+                                        bool allowExtension) {
   llvm::SmallDenseMap<std::pair<Value, Attribute>, Value> moved;
-  for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
-    ShardingAttr target = best->derived[index];
+  for (auto [index, value] : llvm::enumerate(values)) {
+    ShardingAttr target = targets[index];
     ShardingAttr current = lookup(value);
     if (!current) {
       assign(value, target);
@@ -621,12 +636,14 @@ bool FunctionPropagator::resolve(Operation *op) {
     }
     if (isSameLayout(current, target))
       continue;
-    if (ShardingAttr extended = extendOpen(current, target)) {
-      extendValue(value, extended);
-      settled.insert(op);
-      continue;
+    if (allowExtension) {
+      if (ShardingAttr extended = extendOpen(current, target)) {
+        extendValue(value, extended);
+        settled.insert(op);
+        continue;
+      }
     }
-    if (index < rule->numOperands) {
+    if (index < numOperands) {
       Value &replacement = moved[{value, target}];
       if (!replacement)
         replacement = insertReshardBefore(op, value, target);
@@ -638,7 +655,6 @@ bool FunctionPropagator::resolve(Operation *op) {
     known[value] = target;
     insertReshardAfter(value, current);
   }
-  return true;
 }
 
 /// Ops that no rule describes run replicated on one mesh: the one that
@@ -685,27 +701,13 @@ bool FunctionPropagator::resolveWithoutRule(Operation *op) {
   if (warned.insert(op).second)
     op->emitWarning() << "no sharding rule for '" << op->getName()
                       << "'; computing it replicated on " << meshName;
-  for (auto [index, value] : llvm::enumerate(values)) {
-    ShardingAttr target = ShardingAttr::getReplicated(
+  SmallVector<ShardingAttr> targets;
+  for (Value value : values)
+    targets.push_back(ShardingAttr::getReplicated(
         op->getContext(), meshName,
-        cast<RankedTensorType>(value.getType()).getRank());
-    ShardingAttr current = lookup(value);
-    if (!current) {
-      assign(value, target);
-      continue;
-    }
-    if (isSameLayout(current, target))
-      continue;
-    if (index < numOperands) {
-      Value replacement = insertReshardBefore(op, value, target);
-      for (OpOperand &operand : op->getOpOperands())
-        if (operand.get() == value)
-          operand.set(replacement);
-      continue;
-    }
-    known[value] = target;
-    insertReshardAfter(value, current);
-  }
+        cast<RankedTensorType>(value.getType()).getRank()));
+  // Replicated placements are final: no open dimension to extend.
+  applyPlacement(op, values, numOperands, targets, /*allowExtension=*/false);
   return true;
 }
 
@@ -893,7 +895,8 @@ LogicalResult FunctionPropagator::run() {
         changed |= propagateOnce(op);
       for (Operation *op : llvm::reverse(active))
         changed |= propagateOnce(op);
-      llvm::erase_if(active, [&](Operation *op) { return settled.contains(op); });
+      llvm::erase_if(active,
+                     [&](Operation *op) { return settled.contains(op); });
     }
     bool resolved = false;
     for (Operation *op : active)

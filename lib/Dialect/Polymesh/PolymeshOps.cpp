@@ -179,11 +179,13 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       if (!participates(transfer.getSrcDevice()))
         return at() << "sender " << transfer.getSrcDevice()
                     << " is not a participant of the step";
+      // A zero fill writes zeros where it lands and reads nothing.
+      bool readsSender = step.getKind() != TransferStepKind::ZeroFill;
       const planner::TensorLayout &senderLayout =
           transfer.getFromDestination() ? *destination : *source;
       std::optional<planner::Box> senderTile =
           senderLayout.boxOfDevice(transfer.getSrcDevice());
-      if (!senderTile || senderTile->intersect(box) != box)
+      if (readsSender && (!senderTile || senderTile->intersect(box) != box))
         return at() << "sender " << transfer.getSrcDevice()
                     << " does not hold the box in its "
                     << (transfer.getFromDestination() ? "destination"
@@ -215,6 +217,12 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
     return success();
   // Without partial sums every destination element arrives exactly once.
   bool identity = getSteps().empty();
+  int64_t elements = 1;
+  for (int64_t extent : shape)
+    elements *= extent;
+  // A tensor without elements has nothing to move, whatever its shardings.
+  if (identity && elements == 0)
+    return success();
   if (identity && !source->isDeviceEquivalent(*destination))
     return emitOpError() << "has no steps, but its source and destination "
                             "shardings place different tiles";
