@@ -1,6 +1,7 @@
 // RUN: polymesh-opt %s --polymesh-plan -split-input-file | FileCheck %s
-// A zero fill writes only its device's destination buffer, but the transfer
-// verifier requires its box inside that device's *source* tile.
+// Regression: a zero fill writes its device's destination buffer and reads
+// nothing, so the transfer verifier must not ask the device's source tile to
+// hold the box (a fresh unreduced axis over a sharded source).
 polymesh.mesh @m = <["a"=2, "b"=2]>
 // CHECK-LABEL: func.func @fresh_from_sharded
 // CHECK: zero_fill chunk 0 devices [2, 3] {2 -> [2], [0] : [8]} {3 -> [3], [0] : [8]}
