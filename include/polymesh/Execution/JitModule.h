@@ -1,0 +1,89 @@
+//===- JitModule.h - JIT-compiled LLVM-dialect modules ----------*- C++ -*-===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// A thin layer over MLIR's ExecutionEngine (ORC): it compiles a module that
+// is already in the LLVM dialect and calls its functions on host tensors.
+// The reference runner uses it today; the sharded runner will call the
+// per-device functions of a partitioned, lowered program the same way.
+//
+// Calling convention. Every function that is called must carry
+// `llvm.emit_c_interface` and take only memrefs with the identity layout:
+// its inputs, then one out-parameter per result, as upstream's
+// `buffer-results-to-out-params` leaves a bufferized function. The call
+// passes each HostTensor as a memref descriptor (allocated and aligned
+// pointer, offset 0, sizes, row-major strides) to the `_mlir_ciface_`
+// wrapper, through the packed wrapper that ExecutionEngine generates for it
+// (what ExecutionEngine::invokePacked calls).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_EXECUTION_JITMODULE_H
+#define POLYMESH_EXECUTION_JITMODULE_H
+
+#include "polymesh/Execution/HostTensor.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <memory>
+
+namespace mlir {
+class DialectRegistry;
+class ExecutionEngine;
+} // namespace mlir
+
+namespace polymesh::execution {
+
+/// Registers the translations from the builtin and LLVM dialects to LLVM IR,
+/// which JIT compilation needs. JitModule::create also appends them to the
+/// module's context, so calling this is only needed up front.
+void registerJitTranslations(mlir::DialectRegistry &registry);
+
+struct JitOptions {
+  /// LLVM IR optimization level (0-3) before code generation. Optimization
+  /// keeps IEEE semantics (no fast-math, no FMA contraction), so results do
+  /// not depend on it.
+  unsigned optLevel = 2;
+};
+
+class JitModule {
+public:
+  /// Initializes the native target once per process, then translates
+  /// `module` (LLVM dialect only) to LLVM IR and compiles it. Errors carry
+  /// the translation's or the JIT's message.
+  static llvm::Expected<std::unique_ptr<JitModule>>
+  create(mlir::ModuleOp module, const JitOptions &options = {});
+
+  ~JitModule();
+
+  /// Looks up `name`'s C interface. The first lookup makes ORC compile the
+  /// module to machine code, so calling this before timing a call keeps the
+  /// compilation out of the measurement. Fails when the function or its C
+  /// interface is missing.
+  llvm::Error prepare(llvm::StringRef name);
+
+  /// Calls `name` with `inputs` then `outputs` as its memref arguments. The
+  /// caller guarantees that element types and shapes match the function's
+  /// memref types; the compiled code trusts the descriptors. Fails only when
+  /// the function or its C interface is missing.
+  llvm::Error call(llvm::StringRef name,
+                   llvm::ArrayRef<const HostTensor *> inputs,
+                   llvm::ArrayRef<HostTensor *> outputs);
+
+private:
+  explicit JitModule(std::unique_ptr<mlir::ExecutionEngine> engine);
+
+  std::unique_ptr<mlir::ExecutionEngine> engine;
+  /// Packed wrappers of the `_mlir_ciface_` functions looked up so far.
+  llvm::StringMap<void (*)(void **)> entryPoints;
+};
+
+} // namespace polymesh::execution
+
+#endif // POLYMESH_EXECUTION_JITMODULE_H
