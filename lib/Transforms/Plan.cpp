@@ -236,7 +236,9 @@ public:
     if (!statsFile.empty() && failed(writeOut(statsFile, stats)))
       return signalPassFailure();
     if (printPlan)
-      llvm::outs() << plans;
+      llvm::outs() << (reshards.empty()
+                           ? std::string("no reshards: nothing moves\n")
+                           : plans);
     if (!commMatrix.empty() &&
         failed(writeOut(commMatrix, commMatrixSvg(traffic))))
       return signalPassFailure();
