@@ -8,12 +8,12 @@
 
 #include "llvm/ADT/APFloat.h"
 #include "llvm/ADT/APInt.h"
-#include "llvm/ADT/SmallString.h"
 #include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cassert>
+#include <charconv>
 #include <cstring>
 
 using namespace polymesh::execution;
@@ -37,14 +37,30 @@ template <typename T> T load(const uint8_t *p) {
   return value;
 }
 
-/// Prints a float of the given semantics with the shortest text that reads
-/// back to the same value, then its bits: two NaNs or a 0 and a -0 print
-/// differently, which a bit-exact comparison must show.
+/// Prints a float as the shortest decimal that reads back to the same value
+/// of its type's precision (f16 and bf16 through their exact f32 value),
+/// then its bits: two NaNs, or 0 and -0, print differently, which a
+/// bit-exact comparison must show.
+template <typename T> std::string shortest(T value) {
+  char buffer[64];
+  std::to_chars_result r =
+      std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, r.ptr);
+}
+
 std::string formatFloat(const llvm::fltSemantics &semantics, uint64_t bits,
                         unsigned width) {
   llvm::APFloat value(semantics, llvm::APInt(width, bits));
-  llvm::SmallString<32> text;
-  value.toString(text);
+  std::string text;
+  if (&semantics == &llvm::APFloat::IEEEdouble()) {
+    text = shortest(value.convertToDouble());
+  } else {
+    // f16 and bf16 widen to f32 exactly.
+    bool losesInfo = false;
+    value.convert(llvm::APFloat::IEEEsingle(),
+                  llvm::APFloat::rmNearestTiesToEven, &losesInfo);
+    text = shortest(value.convertToFloat());
+  }
   std::string out;
   llvm::raw_string_ostream os(out);
   os << text << " (" << llvm::format_hex(bits, 2 + width / 4) << ")";

@@ -132,7 +132,7 @@ TEST(HostTensor, FormatElement) {
   set<float>(f32, 2, std::numeric_limits<float>::quiet_NaN());
   EXPECT_EQ(f32.formatElement(0), "1.5 (0x3fc00000)");
   EXPECT_EQ(f32.formatElement(1), "-0 (0x80000000)");
-  EXPECT_EQ(f32.formatElement(2), "NaN (0x7fc00000)");
+  EXPECT_EQ(f32.formatElement(2), "nan (0x7fc00000)");
 
   HostTensor bf16(ElementType::BF16, {1});
   set<uint16_t>(bf16, 0, 0x3fc0); // 1.5
