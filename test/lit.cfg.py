@@ -24,5 +24,5 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.polymesh_tools_dir, config.llvm_tools_dir]
-tools = ["polymesh-opt", "FileCheck", "not", "count", "split-file"]
+tools = ["polymesh-opt", "polymesh-run", "FileCheck", "not", "count", "split-file"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
