@@ -59,8 +59,7 @@ TransferStepKind toStepKind(planner::StepKind kind) {
   llvm_unreachable("unknown step kind");
 }
 
-ArrayAttr toStepsAttr(MLIRContext *context,
-                      const planner::TransferPlan &plan) {
+ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan) {
   SmallVector<Attribute> steps;
   steps.reserve(plan.steps.size());
   for (const planner::Step &step : plan.steps) {
@@ -74,8 +73,7 @@ ArrayAttr toStepsAttr(MLIRContext *context,
           transfer.dstBuffer == planner::BufferKind::Source,
           transfer.accumulate, transfer.phase));
     steps.push_back(TransferStepAttr::get(context, toStepKind(step.kind),
-                                          step.chunk, step.devices,
-                                          transfers));
+                                          step.chunk, step.devices, transfers));
   }
   return ArrayAttr::get(context, steps);
 }
@@ -109,9 +107,8 @@ std::string jsonString(StringRef text) {
 }
 
 /// One JSON object per reshard, in the field order of the pass docs.
-std::string statsJson(StringRef function, Location loc,
-                      RankedTensorType type, ShardingAttr source,
-                      ShardingAttr destination,
+std::string statsJson(StringRef function, Location loc, RankedTensorType type,
+                      ShardingAttr source, ShardingAttr destination,
                       const planner::TransferPlan &plan) {
   std::string shape;
   llvm::raw_string_ostream shapeOs(shape);
@@ -150,8 +147,8 @@ std::string statsJson(StringRef function, Location loc,
 
 /// An SVG heat map of bytes sent from each device (rows) to each device
 /// (columns), on a log scale so that small transfers stay visible.
-std::string commMatrixSvg(const std::map<std::pair<int64_t, int64_t>, int64_t>
-                              &bytes) {
+std::string
+commMatrixSvg(const std::map<std::pair<int64_t, int64_t>, int64_t> &bytes) {
   std::vector<int64_t> devices;
   for (const auto &[pair, count] : bytes) {
     devices.push_back(pair.first);
@@ -190,8 +187,8 @@ std::string commMatrixSvg(const std::map<std::pair<int64_t, int64_t>, int64_t>
       int64_t count = it == bytes.end() ? 0 : it->second;
       // Log scale: white for nothing, deep blue for the busiest pair.
       double level = count == 0 ? 0.0
-                                 : 0.15 + 0.85 * std::log1p(double(count)) /
-                                              std::log1p(double(maxBytes));
+                                : 0.15 + 0.85 * std::log1p(double(count)) /
+                                             std::log1p(double(maxBytes));
       int shade = static_cast<int>(255 * (1.0 - level));
       svg += llvm::formatv(
           "<rect x=\"{0}\" y=\"{1}\" width=\"{2}\" height=\"{2}\" "
