@@ -246,8 +246,9 @@ void polymesh::execution::buildReferenceLoweringPipeline(OpPassManager &pm) {
   tosaPm.addPass(createConvertElementwiseToLinalgPass());
 
   // Identity layouts at function boundaries, so a host tensor is passed as
-  // a plain dense descriptor; arguments are read-only (stripSharding's
-  // caller marks them), so inputs survive a run and can be reused.
+  // a plain dense descriptor. ReferenceRunner::create marks arguments
+  // `bufferization.writable = false`, so bufferization copies rather than
+  // writes into them and inputs survive a run.
   bufferization::OneShotBufferizePassOptions bufferize;
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =

@@ -79,16 +79,19 @@ class ReferenceRunner {
 public:
   /// Clones `module`, strips sharding, lowers and JIT-compiles the clone.
   /// `module` is not modified. With `functions` empty, all public functions
-  /// with a body can be run; otherwise only those named (each must exist
-  /// and have a body), and the others are dropped before lowering so that
-  /// an op they contain cannot fail the compilation. Lowering diagnostics go
-  /// to the context's diagnostic handler; the error then says which step
+  /// with a body are selected; otherwise those named (each must exist and
+  /// have a body). Functions that are not selected, or whose signature is
+  /// not supported, are dropped before lowering unless a selected function
+  /// calls them, so an op they contain cannot fail the compilation.
+  /// Diagnostics (stripping, lowering, unlowered ops) go to the context's
+  /// diagnostic handler at the ops' locations; the error says which step
   /// failed.
   static llvm::Expected<std::unique_ptr<ReferenceRunner>>
   create(mlir::ModuleOp module, llvm::ArrayRef<std::string> functions = {},
          const JitOptions &options = {});
 
-  /// Names of the functions that can be run, in module order.
+  /// Names of the selected functions: all public ones in module order, or
+  /// those asked for in that order. getSignature says whether each can run.
   const std::vector<std::string> &getFunctionNames() const { return names; }
 
   /// The signature of `name`, or why it cannot be run (unknown name, or an
