@@ -10,14 +10,14 @@
 
 polymesh.mesh @mesh = <["x"=2]>
 
-// CHECK: @neg: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: sharded execution (--polymesh-partition) is not implemented yet
+// CHECK: @neg: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: the sharded CPU path (--polymesh-partition) does not exist yet
 // RAN: @neg: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms{{$}}
 func.func @neg(%a: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@mesh, [{"x"}]>}) -> tensor<8xf32> {
   %0 = arith.negf %a : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
 
-// CHECK-NEXT: @copy: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: sharded execution (--polymesh-partition) is not implemented yet
+// CHECK-NEXT: @copy: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: the sharded CPU path (--polymesh-partition) does not exist yet
 // RAN-NEXT: @copy: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms{{$}}
 func.func @copy(%a: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@mesh, [{}]>}) -> tensor<8xf32> {
   %0 = polymesh.reshard %a <@mesh, [{"x"}]> : tensor<8xf32>

@@ -84,8 +84,8 @@ llvm::cl::opt<bool> printResults(
     llvm::cl::cat(runCategory));
 
 constexpr const char *kNotVerified =
-    "not verified: sharded execution (--polymesh-partition) is not "
-    "implemented yet";
+    "not verified: the sharded CPU path (--polymesh-partition) does not "
+    "exist yet";
 
 void registerDialects(DialectRegistry &registry) {
   // What polymesh-opt parses, with the same ShardingInterface models so
