@@ -24,6 +24,22 @@ void PolymeshDialect::initialize() {
       >();
 }
 
+bool PolymeshDialect::isVerifiedSharding(Attribute sharding, Attribute mesh,
+                                         Type type) {
+  llvm::sys::SmartScopedReader<true> lock(verifiedMutex);
+  return verifiedShardings.contains({sharding.getAsOpaquePointer(),
+                                     mesh.getAsOpaquePointer(),
+                                     type.getAsOpaquePointer()});
+}
+
+void PolymeshDialect::markVerifiedSharding(Attribute sharding, Attribute mesh,
+                                           Type type) {
+  llvm::sys::SmartScopedWriter<true> lock(verifiedMutex);
+  verifiedShardings.insert({sharding.getAsOpaquePointer(),
+                            mesh.getAsOpaquePointer(),
+                            type.getAsOpaquePointer()});
+}
+
 namespace {
 /// Verifies a `polymesh.sharding` value against the value's type; `what`
 /// names the value in messages ("result #0", "argument #1").
@@ -40,14 +56,19 @@ LogicalResult verifyShardingFor(Operation *op, Attribute attr, Type type,
                            << " refers to unknown mesh "
                            << sharding.getMeshName()
                            << "; expected a polymesh.mesh symbol";
-  std::string whatText = what.str();
-  return sharding.verifyFor(
-      [&]() {
-        InFlightDiagnostic diag = op->emitError();
-        diag << whatText << ": ";
-        return diag;
-      },
-      mesh, type);
+  auto *dialect = sharding.getContext()->getLoadedDialect<PolymeshDialect>();
+  if (dialect->isVerifiedSharding(sharding, mesh, type))
+    return success();
+  if (failed(sharding.verifyFor(
+          [&]() {
+            InFlightDiagnostic diag = op->emitError();
+            diag << what << ": ";
+            return diag;
+          },
+          mesh, type)))
+    return failure();
+  dialect->markVerifiedSharding(sharding, mesh, type);
+  return success();
 }
 
 /// Names a function result for messages, with its leaf path if it has one.

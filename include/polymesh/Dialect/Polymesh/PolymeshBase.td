@@ -41,8 +41,18 @@ def Polymesh_Dialect : Dialect {
     static constexpr llvm::StringLiteral kLeafAttrName = "polymesh.leaf";
     static constexpr llvm::StringLiteral kAmbientMeshAttrName =
         "polymesh.ambient_mesh";
+    /// Whether `sharding` was already verified against `mesh` for `type`.
+    /// All three are uniqued in the context, so a success stays valid; the
+    /// verifier checks every sharding of every op after every pass.
+    bool isVerifiedSharding(mlir::Attribute sharding, mlir::Attribute mesh,
+                            mlir::Type type);
+    void markVerifiedSharding(mlir::Attribute sharding, mlir::Attribute mesh,
+                              mlir::Type type);
   private:
     void registerAttributes();
+    llvm::sys::SmartRWMutex<true> verifiedMutex;
+    llvm::DenseSet<std::tuple<const void *, const void *, const void *>>
+        verifiedShardings;
   public:
   }];
 }

@@ -8,6 +8,10 @@
 #define POLYMESH_DIALECT_POLYMESH_POLYMESHDIALECT_H
 
 #include "mlir/IR/Dialect.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/RWMutex.h"
+
+#include <tuple>
 
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h.inc"
 
