@@ -27,7 +27,10 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
        ops, one factor per expanded dimension for `tensor.expand_shape` /
        `tensor.collapse_shape` (an axis is split into sub-axes where it must
        straddle two dimensions). A value that nothing placed yet takes the
-       sharding the op's other values imply.
+       sharding the op's other values imply; an open dimension (`?`) of a
+       placed value may be extended by appended axes, never by axes its
+       `replicated={...}` lists. A constant used by several ops is
+       materialized once per use, so that each use is placed with its user.
     3. **Conflicts.** When the values of one op live on different meshes, or
        on incompatible shardings of one mesh, the op is placed where the
        fewest bytes must move (the per-device lower bound of every reshard it
