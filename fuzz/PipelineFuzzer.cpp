@@ -1,0 +1,68 @@
+//===- PipelineFuzzer.cpp - libFuzzer target: propagate, then plan --------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// polymesh-fuzz-pipeline: every input that parses and verifies goes through
+// --polymesh-propagate and then --polymesh-plan, the pipeline that exists
+// today. A pass may fail with a diagnostic; it must not crash, abort or trip
+// a sanitizer. Each pass that succeeds must leave IR that verifies: a pass
+// that reports success over invalid IR is a bug too, which the PassManager's
+// own verifier would turn into a mere failure. The result must print.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FuzzContext.h"
+
+#include "polymesh/Transforms/Passes.h"
+
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace {
+
+/// Runs one pass. Returns false when it fails (with a diagnostic: fine);
+/// traps when it succeeds over IR that no longer verifies.
+bool runPass(mlir::ModuleOp module, std::unique_ptr<mlir::Pass> pass) {
+  llvm::StringRef name = pass->getArgument();
+  mlir::PassManager pm(module->getContext());
+  // Verified here instead, where a verifier failure after a successful pass
+  // can be told apart from the pass's own errors.
+  pm.enableVerifier(false);
+  pm.addPass(std::move(pass));
+  if (mlir::failed(pm.run(module)))
+    return false;
+  if (mlir::succeeded(mlir::verify(module)))
+    return true;
+  llvm::errs() << "polymesh-fuzz-pipeline: --" << name
+               << " succeeded but its output does not verify\n";
+  module->print(llvm::errs(), mlir::OpPrintingFlags().printGenericOpForm());
+  llvm::errs().flush();
+  __builtin_trap();
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  // -1: not a crash, and not worth keeping in the corpus.
+  if (polymesh::fuzz::mayHitKnownMlirCrash(
+          llvm::StringRef(reinterpret_cast<const char *>(data), size)))
+    return -1;
+  std::unique_ptr<mlir::MLIRContext> context = polymesh::fuzz::makeContext();
+  mlir::ScopedDiagnosticHandler swallow(
+      context.get(), [](mlir::Diagnostic &) { return mlir::success(); });
+
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      polymesh::fuzz::parseModule(*context, data, size);
+  if (!module)
+    return 0;
+  if (!runPass(*module, polymesh::createPolymeshPropagate()) ||
+      !runPass(*module, polymesh::createPolymeshPlan()))
+    return 0;
+  // The printer runs on every polymesh-opt output; it must cope with what
+  // the passes build (plans with many steps, arrays of shardings).
+  module->print(llvm::nulls());
+  return 0;
+}
