@@ -5,6 +5,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
+#include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Planner/Planner.h"
+
+#include <algorithm>
 
 using namespace mlir;
 using namespace polymesh;
@@ -61,4 +65,106 @@ polymesh::toTensorLayout(function_ref<InFlightDiagnostic()> emitError,
   if (!layout.ok())
     return emitError() << std::string(layout.status().message());
   return std::move(*layout);
+}
+
+//===----------------------------------------------------------------------===//
+// Transfer ops to planner plans
+//===----------------------------------------------------------------------===//
+
+namespace {
+planner::StepKind toPlannerStepKind(TransferStepKind kind) {
+  switch (kind) {
+  case TransferStepKind::LocalCopy:
+    return planner::StepKind::LocalCopy;
+  case TransferStepKind::ZeroFill:
+    return planner::StepKind::ZeroFill;
+  case TransferStepKind::AllGather:
+    return planner::StepKind::AllGather;
+  case TransferStepKind::AllToAll:
+    return planner::StepKind::AllToAll;
+  case TransferStepKind::CollectivePermute:
+    return planner::StepKind::CollectivePermute;
+  case TransferStepKind::Broadcast:
+    return planner::StepKind::Broadcast;
+  case TransferStepKind::SendRecv:
+    return planner::StepKind::SendRecv;
+  case TransferStepKind::AllReduce:
+    return planner::StepKind::AllReduce;
+  case TransferStepKind::ReduceScatter:
+    return planner::StepKind::ReduceScatter;
+  }
+  llvm_unreachable("unknown transfer step kind");
+}
+
+/// Whether planReshard reduces unreduced source axes first: it keeps an
+/// unreduced axis only when the destination has it too, on the same mesh
+/// (partials cannot be matched across meshes); every other one is reduced.
+bool plannerReduces(const planner::TensorLayout &source,
+                    const planner::TensorLayout &destination) {
+  bool sameMesh = source.mesh() == destination.mesh();
+  const std::vector<planner::AxisRef> &kept = destination.sharding().unreduced;
+  for (const planner::AxisRef &ref : source.sharding().unreduced)
+    if (!sameMesh || std::find(kept.begin(), kept.end(), ref) == kept.end())
+      return true;
+  return false;
+}
+} // namespace
+
+planner::TransferPlan
+polymesh::toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
+                        const planner::TensorLayout &destination) {
+  auto type = cast<RankedTensorType>(op.getResult().getType());
+  // As --polymesh-plan sizes elements: whole bytes, at least one (i1).
+  int64_t elementBytes = std::max<int64_t>(
+      1, (type.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+
+  planner::TransferPlan plan;
+  plan.shape.assign(type.getShape().begin(), type.getShape().end());
+  plan.elementBytes = elementBytes;
+  plan.steps.reserve(op.getSteps().size());
+  for (Attribute attr : op.getSteps()) {
+    auto stepAttr = cast<TransferStepAttr>(attr);
+    planner::Step step;
+    step.kind = toPlannerStepKind(stepAttr.getKind());
+    step.chunk = stepAttr.getChunk();
+    step.devices.assign(stepAttr.getDevices().begin(),
+                        stepAttr.getDevices().end());
+    step.transfers.reserve(stepAttr.getTransfers().size());
+    for (BoxTransferAttr transferAttr : stepAttr.getTransfers()) {
+      planner::Transfer transfer;
+      transfer.srcDevice = transferAttr.getSrcDevice();
+      transfer.dstDevices.assign(transferAttr.getDstDevices().begin(),
+                                 transferAttr.getDstDevices().end());
+      transfer.box.lo.assign(transferAttr.getLo().begin(),
+                             transferAttr.getLo().end());
+      transfer.box.hi.assign(transferAttr.getHi().begin(),
+                             transferAttr.getHi().end());
+      transfer.bytes = transfer.box.numElements() * elementBytes;
+      transfer.srcBuffer = transferAttr.getFromDestination()
+                               ? planner::BufferKind::Destination
+                               : planner::BufferKind::Source;
+      transfer.dstBuffer = transferAttr.getIntoSource()
+                               ? planner::BufferKind::Source
+                               : planner::BufferKind::Destination;
+      transfer.accumulate = transferAttr.getAccumulate();
+      transfer.phase = static_cast<int>(transferAttr.getPhase());
+      // Only the reduction phase writes source buffers, and it overwrites
+      // the partials there: a caller that needs them must copy them first.
+      plan.reducesInPlace |= transfer.dstBuffer == planner::BufferKind::Source;
+      step.transfers.push_back(std::move(transfer));
+    }
+    plan.steps.push_back(std::move(step));
+  }
+  plan.identity = plan.steps.empty() && source.isDeviceEquivalent(destination);
+  // The reduced layout is a function of the two layouts (which axes are
+  // reduced, and whether they replicate or shard afterwards), not of the
+  // memory limit, so the planner's answer is the plan's.
+  if (plannerReduces(source, destination)) {
+    absl::StatusOr<planner::TransferPlan> replanned =
+        planner::planReshard(source, destination, elementBytes);
+    if (replanned.ok())
+      plan.reducedLayout = std::move(replanned->reducedLayout);
+  }
+  planner::recomputePlanStats(plan);
+  return plan;
 }

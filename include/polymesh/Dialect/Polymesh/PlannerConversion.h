@@ -5,8 +5,10 @@
 //===----------------------------------------------------------------------===//
 //
 // Converts the dialect's mesh and sharding attributes into the planner's
-// MLIR-free types. The dependency is one-way: IR knows the planner, the
-// planner knows nothing of MLIR.
+// MLIR-free types, and a planned `polymesh.transfer` back into the planner's
+// TransferPlan, so that the runtime's plan executor can run the plan the IR
+// holds. The dependency is one-way: IR knows the planner, the planner knows
+// nothing of MLIR.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,10 +17,15 @@
 
 #include "polymesh/Dialect/Polymesh/PolymeshAttrs.h"
 #include "polymesh/Planner/Layout.h"
+#include "polymesh/Planner/TransferPlan.h"
 
 #include "mlir/IR/BuiltinTypes.h"
 
 namespace polymesh {
+
+// PolymeshOps.h is not included: users of the attribute conversions below
+// (the op verifiers among them) need no op classes.
+class TransferOp;
 
 /// The planner's view of a verified mesh attribute.
 planner::Mesh toPlannerMesh(MeshAttr mesh);
@@ -32,6 +39,26 @@ mlir::FailureOr<planner::TensorLayout>
 toTensorLayout(llvm::function_ref<mlir::InFlightDiagnostic()> emitError,
                ShardingAttr sharding, MeshAttr mesh,
                mlir::RankedTensorType type);
+
+/// The plan `op` carries, as a planner TransferPlan over `source` and
+/// `destination` (the op's shardings bound to its type, as toTensorLayout
+/// makes them): the inverse of what --polymesh-plan writes. Steps keep their
+/// kind, chunk, devices and transfers (box, buffers, accumulate, phase; bytes
+/// from the element size, which is rounded up to whole bytes as the planner
+/// does). Totals are recomputed from the steps (recomputePlanStats).
+///
+/// What the IR does not record is derived the way planReshard decides it:
+/// `identity` when there are no steps and the layouts are device-equivalent
+/// (a tensor without elements between other layouts gets an empty plan that
+/// is not an identity, as from the planner); `reducesInPlace` when a transfer
+/// writes source buffers (only the reduction of unreduced source axes does);
+/// `reducedLayout`, when the planner would reduce (the source has unreduced
+/// axes that the destination does not keep on the same mesh), from
+/// planReshard on the same layouts, since it depends on the layouts alone.
+/// The memory limit and the lower bounds are not in the IR and stay 0.
+planner::TransferPlan toPlannerPlan(TransferOp op,
+                                    const planner::TensorLayout &source,
+                                    const planner::TensorLayout &destination);
 
 } // namespace polymesh
 
