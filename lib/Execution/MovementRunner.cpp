@@ -1,0 +1,387 @@
+//===- MovementRunner.cpp - Sharded runs of data movement -----------------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Execution/MovementRunner.h"
+
+#include "polymesh/Execution/InputFill.h"
+#include "polymesh/Runtime/PlanExecutor.h"
+#include "polymesh/Runtime/Runtime.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <set>
+
+using namespace polymesh;
+using namespace polymesh::execution;
+
+namespace {
+
+llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// Whether buffers of `a` can stand for buffers of `b`: every device holds
+/// the same box (and partial) in a tile of the same shape.
+bool sameTiles(const planner::TensorLayout &a, const planner::TensorLayout &b) {
+  return a.isDeviceEquivalent(b) && a.localShape() == b.localShape();
+}
+
+/// The runtime's element type for sums. i1 is one byte holding 0 or 1; it
+/// is summed as u8, which is exact for partials where one member holds the
+/// value and the others zeros, as makeShardedInput places them.
+runtime::DataType toDataType(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return runtime::DataType::F32;
+  case ElementType::F64:
+    return runtime::DataType::F64;
+  case ElementType::F16:
+    return runtime::DataType::F16;
+  case ElementType::BF16:
+    return runtime::DataType::BF16;
+  case ElementType::I1:
+    return runtime::DataType::U8;
+  case ElementType::I8:
+    return runtime::DataType::I8;
+  case ElementType::I32:
+    return runtime::DataType::I32;
+  case ElementType::I64:
+    return runtime::DataType::I64;
+  }
+  return runtime::DataType::U8;
+}
+
+std::string formatIndex(const std::vector<int64_t> &index) {
+  std::string text = "[";
+  for (size_t i = 0; i < index.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(index[i]);
+  return text + "]";
+}
+
+/// The box of a tile that holds data: [0, hi - lo) of the tile.
+HostTensor validRegion(const HostTensor &tile, const planner::Box &box) {
+  std::vector<int64_t> extent(box.lo.size());
+  for (size_t d = 0; d < extent.size(); ++d)
+    extent[d] = box.hi[d] - box.lo[d];
+  return tile.extractBox(std::vector<int64_t>(extent.size(), 0), extent);
+}
+
+/// Tiles of one value, shared by the aliases of that value.
+using Tiles = std::map<int64_t, HostTensor>;
+
+Tiles zeroTiles(ElementType type, const planner::TensorLayout &layout) {
+  Tiles tiles;
+  for (int64_t p = 0, e = layout.numDevices(); p < e; ++p)
+    tiles.emplace(layout.mesh().deviceAt(p),
+                  HostTensor(type, layout.localShape()));
+  return tiles;
+}
+
+/// The tile's storage for the executor: null where the device has no tile
+/// or the tile has no bytes (DeviceBuffers' convention).
+void *dataOf(Tiles &tiles, int64_t device) {
+  auto it = tiles.find(device);
+  if (it == tiles.end() || it->second.getSizeInBytes() == 0)
+    return nullptr;
+  return it->second.getData();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Inputs and values
+//===----------------------------------------------------------------------===//
+
+ShardedTensor execution::makeShardedInput(ElementType type,
+                                          const planner::TensorLayout &layout,
+                                          uint32_t stream) {
+  // The first member of each reduction group carries the value; the others
+  // start from zeros, so the partials add up to it with no rounding.
+  std::set<int64_t> carriers;
+  for (const std::vector<int64_t> &group : layout.reductionGroups())
+    carriers.insert(group.front());
+  ShardedTensor tensor{type, layout, zeroTiles(type, layout)};
+  for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
+    int64_t device = layout.mesh().deviceAt(p);
+    if (!carriers.count(device))
+      continue;
+    fillTile(tensor.tiles.at(device), layout.shape(),
+             layout.boxAtPosition(p).lo, stream);
+  }
+  return tensor;
+}
+
+MovementValue MovementValue::makeArgument(ElementType type,
+                                          planner::TensorLayout layout,
+                                          int64_t argument) {
+  return {Kind::Argument, type, std::move(layout), argument, -1, {}, {}};
+}
+
+MovementValue MovementValue::makeTransfer(ElementType type, int64_t input,
+                                          planner::TransferPlan plan,
+                                          planner::TensorLayout source,
+                                          planner::TensorLayout destination) {
+  return {Kind::Transfer,
+          type,
+          std::move(destination),
+          -1,
+          input,
+          std::move(plan),
+          std::move(source)};
+}
+
+MovementValue MovementValue::makeAlias(ElementType type, int64_t input,
+                                       planner::TensorLayout layout) {
+  return {Kind::Alias, type, std::move(layout), -1, input, {}, {}};
+}
+
+//===----------------------------------------------------------------------===//
+// runMovement
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<MovementRun>
+execution::runMovement(const MovementProgram &program) {
+  const std::vector<MovementValue> &values = program.values;
+  if (program.results.size() != program.resultLayouts.size())
+    return error("one declared layout per result is needed");
+
+  // Check that the layouts line up before anything runs: a buffer handed on
+  // to a transfer, a constraint or a result must be the tile each device is
+  // expected to hold there, or the run would compare the wrong bytes.
+  std::set<int64_t> deviceSet;
+  auto addDevices = [&](const planner::TensorLayout &layout) {
+    for (int64_t p = 0, e = layout.numDevices(); p < e; ++p)
+      deviceSet.insert(layout.mesh().deviceAt(p));
+  };
+  for (size_t v = 0; v < values.size(); ++v) {
+    const MovementValue &value = values[v];
+    addDevices(value.layout);
+    if (value.kind == MovementValue::Kind::Argument) {
+      if (value.argument < 0)
+        return error("value #" + llvm::Twine(v) + " has no argument number");
+      continue;
+    }
+    if (value.input < 0 || value.input >= static_cast<int64_t>(v))
+      return error("value #" + llvm::Twine(v) +
+                   " reads a value that does not come before it");
+    const MovementValue &input = values[value.input];
+    if (input.elementType != value.elementType)
+      return error("value #" + llvm::Twine(v) +
+                   " changes the element type of its input");
+    if (value.kind == MovementValue::Kind::Alias) {
+      if (!sameTiles(input.layout, value.layout))
+        return error("value #" + llvm::Twine(v) + " constrains " +
+                     planner::describe(input.layout) + " to " +
+                     planner::describe(value.layout) +
+                     ", which places other tiles, without a transfer");
+      continue;
+    }
+    if (!value.plan || !value.source)
+      return error("transfer value #" + llvm::Twine(v) +
+                   " has no plan or no source layout");
+    addDevices(*value.source);
+    if (!sameTiles(input.layout, *value.source))
+      return error("transfer value #" + llvm::Twine(v) + " reads " +
+                   planner::describe(*value.source) + " but its input is " +
+                   planner::describe(input.layout));
+  }
+  for (size_t r = 0; r < program.results.size(); ++r) {
+    int64_t v = program.results[r];
+    if (v < 0 || v >= static_cast<int64_t>(values.size()))
+      return error("result #" + llvm::Twine(r) + " names no value");
+    addDevices(program.resultLayouts[r]);
+    if (!sameTiles(values[v].layout, program.resultLayouts[r]))
+      return error("result #" + llvm::Twine(r) + " is declared as " +
+                   planner::describe(program.resultLayouts[r]) +
+                   " but its value is " + planner::describe(values[v].layout));
+  }
+
+  MovementRun run;
+  std::vector<int64_t> devices(deviceSet.begin(), deviceSet.end());
+  run.numDevices = static_cast<int64_t>(devices.size());
+  // Nothing to place (no arguments, no results): nothing runs, nothing
+  // can differ.
+  if (devices.empty())
+    return run;
+
+  // Prepare every plan once; device threads share the executors.
+  std::vector<std::optional<runtime::PlanExecutor>> executors(values.size());
+  for (size_t v = 0; v < values.size(); ++v) {
+    const MovementValue &value = values[v];
+    if (value.kind != MovementValue::Kind::Transfer)
+      continue;
+    absl::StatusOr<runtime::PlanExecutor> executor =
+        runtime::PlanExecutor::create(*value.plan, *value.source, value.layout);
+    if (!executor.ok())
+      return error("transfer value #" + llvm::Twine(v) + ": " +
+                   std::string(executor.status().message()));
+    executors[v] = std::move(*executor);
+    run.bytesMoved += value.plan->bytesMoved;
+  }
+
+  // Every tile is allocated (and inputs filled) here, so device threads only
+  // read and write their own tiles. Aliases share their input's tiles; a
+  // plan that reduces in place gets a scratch copy of its input, so the
+  // partials stay intact for the input's other uses.
+  std::vector<std::shared_ptr<Tiles>> tilesOf(values.size());
+  std::vector<std::unique_ptr<Tiles>> scratchOf(values.size());
+  for (size_t v = 0; v < values.size(); ++v) {
+    const MovementValue &value = values[v];
+    switch (value.kind) {
+    case MovementValue::Kind::Argument:
+      tilesOf[v] = std::make_shared<Tiles>(
+          makeShardedInput(value.elementType, value.layout,
+                           static_cast<uint32_t>(value.argument))
+              .tiles);
+      break;
+    case MovementValue::Kind::Alias:
+      tilesOf[v] = tilesOf[value.input];
+      break;
+    case MovementValue::Kind::Transfer:
+      tilesOf[v] =
+          std::make_shared<Tiles>(zeroTiles(value.elementType, value.layout));
+      if (value.plan->reducesInPlace)
+        scratchOf[v] = std::make_unique<Tiles>(
+            zeroTiles(value.elementType, *value.source));
+      break;
+    }
+  }
+
+  std::unique_ptr<runtime::LoopbackBackend> backend;
+  {
+    absl::StatusOr<std::unique_ptr<runtime::LoopbackBackend>> created =
+        runtime::LoopbackBackend::create(devices);
+    if (!created.ok())
+      return error(std::string(created.status().message()));
+    backend = std::move(*created);
+  }
+
+  // Every device runs every transfer in program order, so all of them make
+  // their collective calls in the same order (the plans name the peers).
+  auto runDevice = [&](int64_t device) -> absl::Status {
+    for (size_t v = 0; v < values.size(); ++v) {
+      if (!executors[v])
+        continue;
+      const MovementValue &value = values[v];
+      void *source = dataOf(*tilesOf[value.input], device);
+      if (scratchOf[v]) {
+        void *scratch = dataOf(*scratchOf[v], device);
+        if (scratch)
+          std::memcpy(scratch, source,
+                      scratchOf[v]->at(device).getSizeInBytes());
+        source = scratch;
+      }
+      runtime::DeviceBuffers buffers;
+      buffers.source = source;
+      buffers.destination = dataOf(*tilesOf[v], device);
+      buffers.elementBytes = elementSize(value.elementType);
+      buffers.dtype = toDataType(value.elementType);
+      absl::StatusOr<runtime::ExecutionStats> stats =
+          executors[v]->runOnDevice(*backend, device, buffers);
+      if (!stats.ok())
+        return absl::Status(stats.status().code(),
+                            "transfer value #" + std::to_string(v) + ": " +
+                                std::string(stats.status().message()));
+    }
+    return absl::OkStatus();
+  };
+  auto start = std::chrono::steady_clock::now();
+  absl::Status status = runtime::runOnDevices(*backend, runDevice);
+  auto stop = std::chrono::steady_clock::now();
+  if (!status.ok())
+    return error(std::string(status.message()));
+  run.wallMs = std::chrono::duration<double, std::milli>(stop - start).count();
+
+  // Results: the tiles of the returned values under the declared layouts.
+  // The last result that reads a value's tiles takes them; earlier ones
+  // (a value returned twice, or an argument's tiles) copy.
+  for (size_t r = 0; r < program.results.size(); ++r) {
+    const MovementValue &value = values[program.results[r]];
+    std::shared_ptr<Tiles> &tiles = tilesOf[program.results[r]];
+    bool readLater = false;
+    for (size_t later = r + 1; later < program.results.size(); ++later)
+      readLater |= tilesOf[program.results[later]] == tiles;
+    run.results.push_back(
+        ShardedTensor{value.elementType, program.resultLayouts[r],
+                      readLater ? Tiles(*tiles) : std::move(*tiles)});
+  }
+  return run;
+}
+
+//===----------------------------------------------------------------------===//
+// Comparison
+//===----------------------------------------------------------------------===//
+
+std::string TileMismatch::message() const {
+  std::string text = "device " + std::to_string(device) + ": ";
+  if (mismatch.kind != "value")
+    return text + mismatch.kind + ": expected " + mismatch.expected + ", got " +
+           mismatch.actual;
+  return text + "value at " + formatIndex(globalIndex) + ": expected " +
+         mismatch.expected + ", got " + mismatch.actual;
+}
+
+std::optional<TileMismatch>
+execution::compareWithReference(const HostTensor &reference,
+                                const ShardedTensor &actual) {
+  const planner::TensorLayout &layout = actual.layout;
+  int64_t firstDevice = layout.mesh().deviceAt(0);
+  if (reference.getElementType() != actual.elementType)
+    return TileMismatch{firstDevice,
+                        {},
+                        {"element type",
+                         {},
+                         -1,
+                         elementTypeName(reference.getElementType()),
+                         elementTypeName(actual.elementType)}};
+  if (reference.getShape() != layout.shape())
+    return TileMismatch{
+        firstDevice,
+        {},
+        {"shape",
+         {},
+         -1,
+         formatTensorType(reference.getElementType(), reference.getShape()),
+         formatTensorType(actual.elementType, layout.shape())}};
+
+  // Reduction groups are singletons without unreduced axes, so one loop
+  // covers both: a device's tile, or the sum of a group's partials.
+  for (const std::vector<int64_t> &group : layout.reductionGroups()) {
+    std::optional<planner::Box> box = layout.boxOfDevice(group.front());
+    if (!box || box->empty())
+      continue;
+    HostTensor got = validRegion(actual.tiles.at(group.front()), *box);
+    if (group.size() > 1) {
+      std::vector<HostTensor> partials;
+      std::vector<const void *> inputs;
+      partials.reserve(group.size());
+      for (int64_t device : group) {
+        partials.push_back(validRegion(actual.tiles.at(device), *box));
+        inputs.push_back(partials.back().getData());
+      }
+      runtime::reduceArrays(toDataType(actual.elementType),
+                            runtime::ReduceOp::Sum, inputs.data(),
+                            static_cast<int64_t>(inputs.size()),
+                            got.getNumElements(), got.getData());
+    }
+    std::optional<Mismatch> mismatch =
+        compareBitExact(reference.extractBox(box->lo, box->hi), got);
+    if (!mismatch)
+      continue;
+    TileMismatch result{group.front(), {}, *mismatch};
+    if (mismatch->kind == "value") {
+      result.globalIndex = mismatch->index;
+      for (size_t d = 0; d < result.globalIndex.size(); ++d)
+        result.globalIndex[d] += box->lo[d];
+    }
+    return result;
+  }
+  return std::nullopt;
+}
