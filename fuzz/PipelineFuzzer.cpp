@@ -9,7 +9,8 @@
 // today. A pass may fail with a diagnostic; it must not crash, abort or trip
 // a sanitizer. Each pass that succeeds must leave IR that verifies: a pass
 // that reports success over invalid IR is a bug too, which the PassManager's
-// own verifier would turn into a mere failure. The result must print.
+// own verifier would turn into a mere failure. The result must print and
+// parse back.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,6 +21,8 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <string>
 
 namespace {
 
@@ -61,8 +64,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!runPass(*module, polymesh::createPolymeshPropagate()) ||
       !runPass(*module, polymesh::createPolymeshPlan()))
     return 0;
-  // The printer runs on every polymesh-opt output; it must cope with what
-  // the passes build (plans with many steps, arrays of shardings).
-  module->print(llvm::nulls());
+  // What the passes build (plans with many steps, arrays of shardings) must
+  // print and read back: polymesh-opt's output is the next tool's input.
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os);
+  if (!polymesh::fuzz::parseModule(
+          *context, reinterpret_cast<const uint8_t *>(text.data()),
+          text.size())) {
+    llvm::errs() << "polymesh-fuzz-pipeline: the output does not parse back\n"
+                 << text << "\n";
+    llvm::errs().flush();
+    __builtin_trap();
+  }
   return 0;
 }
