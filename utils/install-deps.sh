@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs what Polymesh builds with, from Debian's packages. Idempotent:
-# does nothing when everything is present.
+# Installs what Polymesh builds with, from Debian's packages, plus any
+# packages named as arguments (e.g. the fuzz toolchain). Idempotent: does
+# nothing when everything is present.
 set -euo pipefail
 packages=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
-          ninja-build cmake g++ libabsl-dev libgtest-dev libbenchmark-dev)
+          ninja-build cmake g++ libabsl-dev libgtest-dev libbenchmark-dev
+          "$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
