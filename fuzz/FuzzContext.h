@@ -148,6 +148,26 @@ inline bool mayHitKnownMlirCrash(llvm::StringRef text) {
   return false;
 }
 
+/// What every MLIR target starts from: a fresh context whose diagnostics
+/// are swallowed (almost every input has some; printing them only slows the
+/// fuzzer), and the input parsed in it. `module` is null when the input does
+/// not parse; `skip` is set for inputs that may reach a known crash of
+/// MLIR itself (return -1: not a crash, not worth keeping in the corpus).
+struct ParsedInput {
+  std::unique_ptr<mlir::MLIRContext> context = makeContext();
+  mlir::ScopedDiagnosticHandler swallow{
+      context.get(), [](mlir::Diagnostic &) { return mlir::success(); }};
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  bool skip = false;
+
+  ParsedInput(const uint8_t *data, size_t size) {
+    skip = mayHitKnownMlirCrash(
+        llvm::StringRef(reinterpret_cast<const char *>(data), size));
+    if (!skip)
+      module = parseModule(*context, data, size);
+  }
+};
+
 } // namespace polymesh::fuzz
 
 #endif // POLYMESH_FUZZ_FUZZCONTEXT_H

@@ -55,20 +55,13 @@ mlir::OwningOpRef<mlir::ModuleOp> reparse(mlir::MLIRContext &context,
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  // -1: not a crash, and not worth keeping in the corpus.
-  if (polymesh::fuzz::mayHitKnownMlirCrash(
-          llvm::StringRef(reinterpret_cast<const char *>(data), size)))
+  polymesh::fuzz::ParsedInput input(data, size);
+  if (input.skip)
     return -1;
-  std::unique_ptr<mlir::MLIRContext> context = polymesh::fuzz::makeContext();
-  // Diagnostics are expected for almost every input; printing them would
-  // only slow the fuzzer down.
-  mlir::ScopedDiagnosticHandler swallow(
-      context.get(), [](mlir::Diagnostic &) { return mlir::success(); });
-
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      polymesh::fuzz::parseModule(*context, data, size);
-  if (!module)
+  if (!input.module)
     return 0;
+  mlir::MLIRContext *context = input.context.get();
+  mlir::OwningOpRef<mlir::ModuleOp> &module = input.module;
 
   std::string first = print(*module);
   mlir::OwningOpRef<mlir::ModuleOp> reparsed = reparse(*context, first);

@@ -49,18 +49,13 @@ bool runPass(mlir::ModuleOp module, std::unique_ptr<mlir::Pass> pass) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  // -1: not a crash, and not worth keeping in the corpus.
-  if (polymesh::fuzz::mayHitKnownMlirCrash(
-          llvm::StringRef(reinterpret_cast<const char *>(data), size)))
+  polymesh::fuzz::ParsedInput input(data, size);
+  if (input.skip)
     return -1;
-  std::unique_ptr<mlir::MLIRContext> context = polymesh::fuzz::makeContext();
-  mlir::ScopedDiagnosticHandler swallow(
-      context.get(), [](mlir::Diagnostic &) { return mlir::success(); });
-
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      polymesh::fuzz::parseModule(*context, data, size);
-  if (!module)
+  if (!input.module)
     return 0;
+  mlir::MLIRContext *context = input.context.get();
+  mlir::OwningOpRef<mlir::ModuleOp> &module = input.module;
   if (!runPass(*module, polymesh::createPolymeshPropagate()) ||
       !runPass(*module, polymesh::createPolymeshPlan()))
     return 0;
