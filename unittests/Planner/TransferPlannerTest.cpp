@@ -13,6 +13,8 @@
 #include "polymesh/Planner/Planner.h"
 #include "polymesh/Planner/Simulate.h"
 
+#include "Support/LayoutBuilders.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -22,54 +24,7 @@ using namespace polymesh::planner;
 
 namespace {
 
-Mesh makeMesh(std::vector<std::pair<std::string, int64_t>> axes,
-              std::vector<int64_t> ids = {}) {
-  Mesh mesh;
-  for (auto &[name, size] : axes)
-    mesh.axes.push_back({name, size});
-  mesh.deviceIds = std::move(ids);
-  return mesh;
-}
-
-std::vector<int64_t> range(int64_t begin, int64_t end) {
-  std::vector<int64_t> ids(end - begin);
-  std::iota(ids.begin(), ids.end(), begin);
-  return ids;
-}
-
-/// "a" is the whole axis a; "a:(2)4" the sub-axis of pre-size 2, size 4.
-AxisRef ref(const Mesh &mesh, const std::string &text) {
-  size_t colon = text.find(':');
-  std::string name = text.substr(0, colon);
-  int axis = *mesh.axisIndex(name);
-  if (colon == std::string::npos)
-    return AxisRef::whole(mesh, axis);
-  size_t close = text.find(')');
-  return AxisRef{axis, std::stoll(text.substr(colon + 2, close - colon - 2)),
-                 std::stoll(text.substr(close + 1))};
-}
-
-std::vector<AxisRef> refs(const Mesh &mesh,
-                          const std::vector<std::string> &names) {
-  std::vector<AxisRef> result;
-  for (const std::string &name : names)
-    result.push_back(ref(mesh, name));
-  return result;
-}
-
-TensorLayout layout(const Mesh &mesh,
-                    const std::vector<std::vector<std::string>> &dims,
-                    std::vector<int64_t> shape,
-                    const std::vector<std::string> &unreduced = {}) {
-  Sharding sharding = Sharding::replicatedOfRank(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d)
-    sharding.dims[d].axes = refs(mesh, dims[d]);
-  sharding.unreduced = refs(mesh, unreduced);
-  absl::StatusOr<TensorLayout> result =
-      TensorLayout::create(mesh, sharding, std::move(shape));
-  EXPECT_TRUE(result.ok()) << result.status();
-  return *std::move(result);
-}
+using namespace polymesh::planner::testing;
 
 /// Plans, simulates and checks; every test goes through here.
 TransferPlan planAndCheck(const TensorLayout &source,

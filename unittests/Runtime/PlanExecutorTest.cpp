@@ -27,7 +27,9 @@
 
 #include "absl/strings/str_cat.h"
 
+#include "Support/LayoutBuilders.h"
 #include <gmock/gmock.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -57,47 +59,7 @@ constexpr bool kUnderTsan = false;
 // Layouts
 //===----------------------------------------------------------------------===//
 
-Mesh makeMesh(std::vector<std::pair<std::string, int64_t>> axes,
-              std::vector<int64_t> ids = {}) {
-  Mesh mesh;
-  for (auto &[name, size] : axes)
-    mesh.axes.push_back({name, size});
-  mesh.deviceIds = std::move(ids);
-  return mesh;
-}
-
-std::vector<int64_t> range(int64_t begin, int64_t end) {
-  std::vector<int64_t> ids(end - begin);
-  std::iota(ids.begin(), ids.end(), begin);
-  return ids;
-}
-
-/// "a" is the whole axis a; "a:(2)4" the sub-axis of pre-size 2, size 4.
-AxisRef ref(const Mesh &mesh, const std::string &text) {
-  size_t colon = text.find(':');
-  int axis = *mesh.axisIndex(text.substr(0, colon));
-  if (colon == std::string::npos)
-    return AxisRef::whole(mesh, axis);
-  size_t close = text.find(')');
-  return AxisRef{axis, std::stoll(text.substr(colon + 2, close - colon - 2)),
-                 std::stoll(text.substr(close + 1))};
-}
-
-TensorLayout layout(const Mesh &mesh,
-                    const std::vector<std::vector<std::string>> &dims,
-                    std::vector<int64_t> shape,
-                    const std::vector<std::string> &unreduced = {}) {
-  Sharding sharding = Sharding::replicatedOfRank(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d)
-    for (const std::string &name : dims[d])
-      sharding.dims[d].axes.push_back(ref(mesh, name));
-  for (const std::string &name : unreduced)
-    sharding.unreduced.push_back(ref(mesh, name));
-  absl::StatusOr<TensorLayout> result =
-      TensorLayout::create(mesh, sharding, std::move(shape));
-  EXPECT_TRUE(result.ok()) << result.status();
-  return *std::move(result);
-}
+using namespace polymesh::planner::testing;
 
 std::vector<int64_t> devicesOf(const TensorLayout &source,
                                const TensorLayout &destination) {
