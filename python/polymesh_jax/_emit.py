@@ -1,0 +1,856 @@
+"""StableHLO -> Polymesh IR: the ops of a lowered JAX function, rewritten as
+the upstream ops (`arith`, `math`, `tensor`, `linalg`) that
+`polymesh-opt --polymesh-propagate` propagates shardings through, with
+Shardy's constraints and reshards as `polymesh.sharding_constraint` and
+`polymesh.reshard`.
+
+The module is walked with jaxlib's own MLIR bindings (`jaxlib.mlir.ir`); the
+output is text. Every op that is not mapped raises `UnmappedOpError`, naming
+the op and where the user's code created it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, Optional, Sequence
+
+from jaxlib.mlir import ir
+
+from ._attrs import Sharding, parse_sharding, parse_sharding_list
+
+
+class ExportError(RuntimeError):
+    """The function cannot be written as Polymesh IR."""
+
+
+class UnmappedOpError(ExportError):
+    """A StableHLO (or other) op that the exporter does not map."""
+
+    def __init__(self, op_name: str, location: str, detail: str = ""):
+        self.op_name = op_name
+        self.location = location
+        message = f"'{op_name}' is not mapped to Polymesh IR"
+        if detail:
+            message += f" ({detail})"
+        message += f", at {location}"
+        super().__init__(message)
+
+
+_FILE_LOC = re.compile(r'"([^"]+)":(\d+):(\d+)')
+_NAME_LOC = re.compile(r'loc\("([^"]*)"')
+
+
+def describe_location(location: ir.Location) -> str:
+    """`file.py:12:8 (jit(f)/cos)` from an MLIR location, best effort."""
+    text = str(location)
+    files = _FILE_LOC.findall(text)
+    names = _NAME_LOC.findall(text)
+    where = f"{files[0][0]}:{files[0][1]}:{files[0][2]}" if files else "unknown location"
+    if names:
+        where += f" ({names[0]})"
+    return where
+
+
+# Element types the emitted arithmetic supports.
+_FLOAT_TYPES = {"f16", "bf16", "f32", "f64"}
+_INT_TYPES = {"i1", "i8", "i16", "i32", "i64"}
+
+_SHAPE = re.compile(r"^tensor<(?P<dims>(?:\d+x)*)(?P<elem>[a-z0-9]+)>$")
+
+
+class TensorType:
+    def __init__(self, text: str):
+        match = _SHAPE.match(text)
+        if not match:
+            raise ExportError(f"type {text} is not a static-shaped tensor")
+        self.text = text
+        dims = match.group("dims")
+        self.shape = tuple(int(d) for d in dims.split("x") if d)
+        self.elem = match.group("elem")
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_float(self) -> bool:
+        return self.elem in _FLOAT_TYPES
+
+    @property
+    def is_int(self) -> bool:
+        return self.elem in _INT_TYPES
+
+    def with_shape(self, shape: Sequence[int]) -> str:
+        return tensor_type(shape, self.elem)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def tensor_type(shape: Sequence[int], elem: str) -> str:
+    return "tensor<" + "".join(f"{d}x" for d in shape) + elem + ">"
+
+
+def _i64s(attr: ir.Attribute) -> list[int]:
+    try:
+        return [int(v) for v in ir.DenseI64ArrayAttr(attr)]
+    except Exception:  # noqa: BLE001 - older attribute kinds print the same
+        return [int(v) for v in re.findall(r"-?\d+", str(attr).split(":", 1)[-1])]
+
+
+def _bitwidth(elem: str) -> int:
+    return {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}.get(elem, 0) or int(elem[1:])
+
+
+def reassociation(source: Sequence[int], target: Sequence[int]) -> Optional[tuple[list[list[int]], list[list[int]], list[int]]]:
+    """Groups of consecutive dimensions with equal products: the source's
+    groups, the target's groups, and the product of each group. None if the
+    two shapes do not hold the same number of elements."""
+    src_groups: list[list[int]] = []
+    dst_groups: list[list[int]] = []
+    sizes: list[int] = []
+    i = j = 0
+    while i < len(source) or j < len(target):
+        sg: list[int] = []
+        dg: list[int] = []
+        sp = dp = 1
+        if i < len(source):
+            sg.append(i)
+            sp *= source[i]
+            i += 1
+        if j < len(target):
+            dg.append(j)
+            dp *= target[j]
+            j += 1
+        while sp != dp:
+            if sp < dp and i < len(source):
+                sg.append(i)
+                sp *= source[i]
+                i += 1
+            elif dp < sp and j < len(target):
+                dg.append(j)
+                dp *= target[j]
+                j += 1
+            else:
+                return None
+        # Trailing size-1 dimensions join the group that precedes them.
+        while i < len(source) and source[i] == 1 and (j >= len(target) or target[j] != 1):
+            sg.append(i)
+            i += 1
+        while j < len(target) and target[j] == 1 and (i >= len(source) or source[i] != 1):
+            dg.append(j)
+            j += 1
+        if not sg or not dg:
+            # One side ran out: only size-1 dimensions remain on the other.
+            if sg and sp == 1 and src_groups:
+                src_groups[-1].extend(sg)
+                continue
+            if dg and dp == 1 and dst_groups:
+                dst_groups[-1].extend(dg)
+                continue
+            if (sg and sp == 1 and not dst_groups) or (dg and dp == 1 and not src_groups):
+                # rank-0 on one side: every dimension is size 1.
+                if sg:
+                    src_groups.append(sg)
+                if dg:
+                    dst_groups.append(dg)
+                sizes.append(1)
+                continue
+            return None
+        src_groups.append(sg)
+        dst_groups.append(dg)
+        sizes.append(sp)
+    return src_groups, dst_groups, sizes
+
+
+class FunctionEmitter:
+    """Writes the body of one Polymesh function from a StableHLO function."""
+
+    def __init__(self, module: ir.Module, mesh_of_symbol: Callable[[str], str],
+                 drop_axes: Callable[[str], bool] = lambda name: False):
+        self.module = module
+        self.mesh_of_symbol = mesh_of_symbol
+        self.drop_axes = drop_axes
+        self.functions = {}
+        for op in module.body.operations:
+            if op.operation.name == "func.func":
+                name = ir.StringAttr(op.operation.attributes["sym_name"]).value
+                self.functions[name] = op.operation
+        self.statements: list[list[str]] = []
+        self.names: dict = {}
+        self.constants: dict = {}  # value -> DenseElementsAttr text (lazy)
+        self.counter = 0
+        self.inline_depth = 0
+        # name of a reshape's result -> (its source name, source type)
+        self.reshaped: dict[str, tuple[str, TensorType]] = {}
+
+    # -- helpers ----------------------------------------------------------
+
+    def fresh(self) -> str:
+        name = f"%{self.counter}"
+        self.counter += 1
+        return name
+
+    def emit(self, text: str) -> None:
+        """Starts a statement (one op)."""
+        self.statements.append(["  " + text])
+
+    def cont(self, text: str) -> None:
+        """Continues the last statement (an op's region)."""
+        self.statements[-1].append("  " + text)
+
+    def body_lines(self, returned: Sequence[str]) -> list[str]:
+        """The statements, less those whose result nothing uses (every
+        emitted op is pure, so they are dead)."""
+        defines = [re.match(r"\s*(%\d+) =", st[0]) for st in self.statements]
+        uses = [set(re.findall(r"%\d+\b", "\n".join(st))) for st in self.statements]
+        for index, match in enumerate(defines):
+            if match:
+                uses[index].discard(match.group(1))
+        live = [True] * len(self.statements)
+        changed = True
+        while changed:
+            changed = False
+            needed = set(returned)
+            for index, used in enumerate(uses):
+                if live[index]:
+                    needed |= used
+            for index, match in enumerate(defines):
+                if live[index] and match and match.group(1) not in needed:
+                    live[index] = False
+                    changed = True
+        return [line for index, st in enumerate(self.statements) if live[index] for line in st]
+
+    def value(self, v: ir.Value) -> str:
+        name = self.names.get(v)
+        if name is not None:
+            return name
+        if v in self.constants:
+            name = self.fresh()
+            self.emit(f"{name} = arith.constant {self.constants[v]}")
+            self.names[v] = name
+            return name
+        raise ExportError(f"internal error: value {v} used before it is defined")
+
+    def sharding(self, text: str, what: str) -> Sharding:
+        sharding, inline = parse_sharding(text)
+        if inline is not None:
+            raise ExportError(f"{what}: an inline Shardy mesh ({text}) is not supported")
+        return self._rename(sharding)
+
+    def _rename(self, sharding: Sharding) -> Sharding:
+        import dataclasses
+
+        dims = tuple(dataclasses.replace(d, axes=tuple(a for a in d.axes if not self.drop_axes(a.name)))
+                     for d in sharding.dims)
+        return Sharding(self.mesh_of_symbol(sharding.mesh), dims,
+                        tuple(a for a in sharding.replicated if not self.drop_axes(a.name)),
+                        tuple(a for a in sharding.unreduced if not self.drop_axes(a.name)))
+
+    def splat_constant(self, scalar: str, type_text: str) -> str:
+        name = self.fresh()
+        self.emit(f"{name} = arith.constant dense<{scalar}> : {type_text}")
+        return name
+
+    def scalar_constant(self, scalar: str, elem: str) -> str:
+        name = self.fresh()
+        if elem == "i1":
+            self.emit(f"{name} = arith.constant {scalar}")
+        else:
+            self.emit(f"{name} = arith.constant {scalar} : {elem}")
+        return name
+
+    def filled(self, type_text: str, scalar_name: str, elem: str) -> str:
+        empty = self.fresh()
+        self.emit(f"{empty} = tensor.empty() : {type_text}")
+        fill = self.fresh()
+        self.emit(f"{fill} = linalg.fill ins({scalar_name} : {elem}) outs({empty} : {type_text}) -> {type_text}")
+        return fill
+
+    def empty(self, type_text: str) -> str:
+        name = self.fresh()
+        self.emit(f"{name} = tensor.empty() : {type_text}")
+        return name
+
+    @staticmethod
+    def splat_value(const_text: str) -> Optional[str]:
+        """`1.000000e+00` from `dense<1.000000e+00> : tensor<f32>`, or None
+        when the constant is not a splat."""
+        match = re.match(r"^dense<([^\[\]<>\"]+)>\s*:", const_text)
+        return match.group(1).strip() if match else None
+
+    # -- entry points ------------------------------------------------------
+
+    def emit_main(self, func: ir.Operation, arg_names: Sequence[str]) -> list[str]:
+        """Emits `func`'s body with its arguments named `arg_names`; returns
+        the names of the returned values."""
+        block = func.regions[0].blocks[0]
+        if len(block.arguments) != len(arg_names):
+            raise ExportError("internal error: argument count mismatch")
+        for arg, name in zip(block.arguments, arg_names):
+            self.names[arg] = name
+        return self.emit_block(block)
+
+    def emit_block(self, block: ir.Block) -> list[str]:
+        for op in block.operations:
+            operation = op.operation
+            if operation.name in ("func.return", "stablehlo.return"):
+                return [self.value(v) for v in operation.operands]
+            self.emit_op(operation)
+        raise ExportError("internal error: block without a return")
+
+    # -- ops ---------------------------------------------------------------
+
+    def emit_op(self, op: ir.Operation) -> None:
+        name = op.name
+        where = describe_location(op.location)
+        for result in op.results:
+            if not str(result.type).startswith("tensor<"):
+                raise UnmappedOpError(name, where, f"result of type {result.type}")
+            TensorType(str(result.type))  # static shape check
+        handler = _HANDLERS.get(name)
+        if handler is None:
+            raise UnmappedOpError(name, where)
+        try:
+            outputs = handler(self, op)
+        except UnmappedOpError:
+            raise
+        except ExportError as error:
+            raise ExportError(f"{error} (in '{name}' at {where})") from None
+        if outputs is None:
+            return
+        if "sdy.sharding" in op.attributes:
+            shardings = [self._rename(s) for s in parse_sharding_list(str(op.attributes["sdy.sharding"]))]
+            if len(shardings) == 1 and len(outputs) == 1:
+                out = outputs[0]
+                pinned = self.fresh()
+                self.emit(f"{pinned} = polymesh.sharding_constraint {out} {shardings[0].body_text()} : {op.results[0].type}")
+                outputs = [pinned]
+        for result, out in zip(op.results, outputs):
+            self.names[result] = out
+
+
+_HANDLERS: dict[str, Callable[[FunctionEmitter, ir.Operation], Optional[list[str]]]] = {}
+
+
+def handles(*names: str):
+    def register(fn):
+        for n in names:
+            _HANDLERS[n] = fn
+        return fn
+    return register
+
+
+@handles("stablehlo.constant")
+def _constant(e: FunctionEmitter, op: ir.Operation):
+    text = str(op.attributes["value"])
+    if "dense_resource" in text or "__elided__" in text:
+        raise UnmappedOpError(op.name, describe_location(op.location), "an elided or resource constant")
+    TensorType(str(op.results[0].type))
+    if not TensorType(str(op.results[0].type)).is_float and not TensorType(str(op.results[0].type)).is_int:
+        raise UnmappedOpError(op.name, describe_location(op.location), f"element type of {op.results[0].type}")
+    # Materialized where first used: a constant only broadcast is folded.
+    e.constants[op.results[0]] = text
+    return None
+
+
+# Elementwise: (float op, signed int op, i1 op); None where not defined.
+_BINARY = {
+    "stablehlo.add": ("arith.addf", "arith.addi", None),
+    "stablehlo.subtract": ("arith.subf", "arith.subi", None),
+    "stablehlo.multiply": ("arith.mulf", "arith.muli", "arith.andi"),
+    "stablehlo.divide": ("arith.divf", "arith.divsi", None),
+    "stablehlo.remainder": ("arith.remf", "arith.remsi", None),
+    "stablehlo.maximum": ("arith.maximumf", "arith.maxsi", "arith.ori"),
+    "stablehlo.minimum": ("arith.minimumf", "arith.minsi", "arith.andi"),
+    "stablehlo.and": (None, "arith.andi", "arith.andi"),
+    "stablehlo.or": (None, "arith.ori", "arith.ori"),
+    "stablehlo.xor": (None, "arith.xori", "arith.xori"),
+    "stablehlo.power": ("math.powf", None, None),
+    "stablehlo.atan2": ("math.atan2", None, None),
+}
+
+_UNARY = {
+    "stablehlo.negate": ("arith.negf", None, None),
+    "stablehlo.exponential": ("math.exp", None, None),
+    "stablehlo.exponential_minus_one": ("math.expm1", None, None),
+    "stablehlo.log": ("math.log", None, None),
+    "stablehlo.log_plus_one": ("math.log1p", None, None),
+    "stablehlo.tanh": ("math.tanh", None, None),
+    "stablehlo.sqrt": ("math.sqrt", None, None),
+    "stablehlo.rsqrt": ("math.rsqrt", None, None),
+    "stablehlo.cbrt": ("math.cbrt", None, None),
+    "stablehlo.sine": ("math.sin", None, None),
+    "stablehlo.cosine": ("math.cos", None, None),
+    "stablehlo.tan": ("math.tan", None, None),
+    "stablehlo.abs": ("math.absf", "math.absi", None),
+    "stablehlo.floor": ("math.floor", None, None),
+    "stablehlo.ceil": ("math.ceil", None, None),
+    "stablehlo.round_nearest_even": ("math.roundeven", None, None),
+    "stablehlo.round_nearest_afz": ("math.round", None, None),
+    "chlo.erf": ("math.erf", None, None),
+}
+
+
+def _pick(table_entry, t: TensorType, op: ir.Operation) -> str:
+    float_op, int_op, bool_op = table_entry
+    chosen = float_op if t.is_float else bool_op if t.elem == "i1" else int_op if t.is_int else None
+    if chosen is None:
+        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+    return chosen
+
+
+@handles(*_BINARY)
+def _binary(e: FunctionEmitter, op: ir.Operation):
+    t = TensorType(str(op.results[0].type))
+    arith = _pick(_BINARY[op.name], t, op)
+    lhs, rhs = (e.value(v) for v in op.operands)
+    name = e.fresh()
+    e.emit(f"{name} = {arith} {lhs}, {rhs} : {t}")
+    return [name]
+
+
+@handles(*_UNARY)
+def _unary(e: FunctionEmitter, op: ir.Operation):
+    t = TensorType(str(op.results[0].type))
+    fn = _pick(_UNARY[op.name], t, op)
+    operand = e.value(op.operands[0])
+    name = e.fresh()
+    e.emit(f"{name} = {fn} {operand} : {t}")
+    return [name]
+
+
+@handles("stablehlo.logistic")
+def _logistic(e: FunctionEmitter, op: ir.Operation):
+    t = TensorType(str(op.results[0].type))
+    if not t.is_float:
+        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+    x = e.value(op.operands[0])
+    neg, exp, den, out = e.fresh(), e.fresh(), e.fresh(), e.fresh()
+    e.emit(f"{neg} = arith.negf {x} : {t}")
+    e.emit(f"{exp} = math.exp {neg} : {t}")
+    one = e.splat_constant("1.0", str(t))
+    e.emit(f"{den} = arith.addf {one}, {exp} : {t}")
+    one_again = e.splat_constant("1.0", str(t))
+    e.emit(f"{out} = arith.divf {one_again}, {den} : {t}")
+    return [out]
+
+
+@handles("stablehlo.not")
+def _not(e: FunctionEmitter, op: ir.Operation):
+    t = TensorType(str(op.results[0].type))
+    if not t.is_int:
+        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+    ones = e.splat_constant("true" if t.elem == "i1" else "-1", str(t))
+    name = e.fresh()
+    e.emit(f"{name} = arith.xori {e.value(op.operands[0])}, {ones} : {t}")
+    return [name]
+
+
+_CMP_FLOAT = {"EQ": "oeq", "NE": "une", "LT": "olt", "LE": "ole", "GT": "ogt", "GE": "oge"}
+_CMP_SIGNED = {"EQ": "eq", "NE": "ne", "LT": "slt", "LE": "sle", "GT": "sgt", "GE": "sge"}
+_CMP_UNSIGNED = {"EQ": "eq", "NE": "ne", "LT": "ult", "LE": "ule", "GT": "ugt", "GE": "uge"}
+
+
+@handles("stablehlo.compare")
+def _compare(e: FunctionEmitter, op: ir.Operation):
+    direction = re.search(r"comparison_direction\s+(\w+)", str(op.attributes["comparison_direction"])).group(1)
+    kind = "FLOAT"
+    if "compare_type" in op.attributes:
+        kind = re.search(r"comparison_type\s+(\w+)", str(op.attributes["compare_type"])).group(1)
+    t = TensorType(str(op.operands[0].type))
+    lhs, rhs = (e.value(v) for v in op.operands)
+    name = e.fresh()
+    if t.is_float:
+        if kind == "TOTALORDER":
+            raise UnmappedOpError(op.name, describe_location(op.location), "a total-order float comparison")
+        e.emit(f"{name} = arith.cmpf {_CMP_FLOAT[direction]}, {lhs}, {rhs} : {t}")
+    elif t.is_int:
+        table = _CMP_UNSIGNED if (kind == "UNSIGNED" or t.elem == "i1") else _CMP_SIGNED
+        e.emit(f"{name} = arith.cmpi {table[direction]}, {lhs}, {rhs} : {t}")
+    else:
+        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+    return [name]
+
+
+@handles("stablehlo.select")
+def _select(e: FunctionEmitter, op: ir.Operation):
+    pred = TensorType(str(op.operands[0].type))
+    t = TensorType(str(op.results[0].type))
+    if pred.shape != t.shape:
+        raise UnmappedOpError(op.name, describe_location(op.location), "a scalar predicate")
+    c, a, b = (e.value(v) for v in op.operands)
+    name = e.fresh()
+    e.emit(f"{name} = arith.select {c}, {a}, {b} : {pred}, {t}")
+    return [name]
+
+
+@handles("stablehlo.clamp")
+def _clamp(e: FunctionEmitter, op: ir.Operation):
+    t = TensorType(str(op.results[0].type))
+    lo, x, hi = op.operands
+    lo_name = _as_shape(e, lo, t)
+    hi_name = _as_shape(e, hi, t)
+    mx = "arith.maximumf" if t.is_float else "arith.maxsi"
+    mn = "arith.minimumf" if t.is_float else "arith.minsi"
+    a, b = e.fresh(), e.fresh()
+    e.emit(f"{a} = {mx} {e.value(x)}, {lo_name} : {t}")
+    e.emit(f"{b} = {mn} {a}, {hi_name} : {t}")
+    return [b]
+
+
+def _as_shape(e: FunctionEmitter, v: ir.Value, t: TensorType) -> str:
+    """`v` (of `t`'s shape, or rank 0) as a value of `t`'s shape."""
+    vt = TensorType(str(v.type))
+    if vt.shape == t.shape:
+        return e.value(v)
+    if vt.rank != 0:
+        raise ExportError(f"cannot broadcast {vt} to {t}")
+    if v in e.constants and e.splat_value(e.constants[v]) is not None:
+        return e.splat_constant(e.splat_value(e.constants[v]), str(t))
+    out = e.empty(str(t))
+    name = e.fresh()
+    dims = ", ".join(str(i) for i in range(t.rank))
+    e.emit(f"{name} = linalg.broadcast ins({e.value(v)} : {vt}) outs({out} : {t}) dimensions = [{dims}]")
+    return name
+
+
+@handles("stablehlo.convert")
+def _convert(e: FunctionEmitter, op: ir.Operation):
+    src = TensorType(str(op.operands[0].type))
+    dst = TensorType(str(op.results[0].type))
+    x = e.value(op.operands[0])
+    if src.elem == dst.elem:
+        return [x]
+    where = describe_location(op.location)
+
+    def cast(opname: str, value: str, from_t: str, to_t: str) -> str:
+        name = e.fresh()
+        e.emit(f"{name} = {opname} {value} : {from_t} to {to_t}")
+        return name
+
+    if src.is_float and dst.is_float:
+        sb, db = _bitwidth(src.elem), _bitwidth(dst.elem)
+        if sb < db:
+            return [cast("arith.extf", x, str(src), str(dst))]
+        if sb > db:
+            return [cast("arith.truncf", x, str(src), str(dst))]
+        wide = tensor_type(dst.shape, "f32")
+        mid = cast("arith.extf", x, str(src), wide)
+        return [cast("arith.truncf", mid, wide, str(dst))]
+    if src.is_int and dst.is_float:
+        return [cast("arith.uitofp" if src.elem == "i1" else "arith.sitofp", x, str(src), str(dst))]
+    if src.is_float and dst.is_int:
+        if dst.elem == "i1":
+            zero = e.splat_constant("0.0", str(src))
+            name = e.fresh()
+            e.emit(f"{name} = arith.cmpf une, {x}, {zero} : {src}")
+            return [name]
+        return [cast("arith.fptosi", x, str(src), str(dst))]
+    if src.is_int and dst.is_int:
+        if dst.elem == "i1":
+            zero = e.splat_constant("0", str(src))
+            name = e.fresh()
+            e.emit(f"{name} = arith.cmpi ne, {x}, {zero} : {src}")
+            return [name]
+        sb, db = _bitwidth(src.elem), _bitwidth(dst.elem)
+        if sb < db:
+            return [cast("arith.extui" if src.elem == "i1" else "arith.extsi", x, str(src), str(dst))]
+        return [cast("arith.trunci", x, str(src), str(dst))]
+    raise UnmappedOpError(op.name, where, f"from {src.elem} to {dst.elem}")
+
+
+def _collapse(e: FunctionEmitter, x: str, src: TensorType, groups: list[list[int]], sizes: Sequence[int]) -> str:
+    name = e.fresh()
+    reassoc = "[" + ", ".join("[" + ", ".join(str(i) for i in g) + "]" for g in groups) + "]"
+    e.emit(f"{name} = tensor.collapse_shape {x} {reassoc} : {src} into {src.with_shape(sizes)}")
+    return name
+
+
+def _expand(e: FunctionEmitter, x: str, src: TensorType, groups: list[list[int]], shape: Sequence[int]) -> str:
+    name = e.fresh()
+    reassoc = "[" + ", ".join("[" + ", ".join(str(i) for i in g) + "]" for g in groups) + "]"
+    out = src.with_shape(shape)
+    e.emit(f"{name} = tensor.expand_shape {x} {reassoc} output_shape [{', '.join(str(d) for d in shape)}] : {src} into {out}")
+    return name
+
+
+def reshape(e: FunctionEmitter, x: str, src: TensorType, shape: Sequence[int]) -> str:
+    """`x` reshaped: a collapse to the common coarsening of both shapes, then
+    an expand; either is left out when it would change nothing."""
+    shape = tuple(shape)
+    # A reshape of a reshape starts from the first one's operand.
+    origin = e.reshaped.get(x)
+    if origin is not None:
+        x, src = origin
+    if src.shape == shape:
+        return x
+    result = _reshape_steps(e, x, src, shape)
+    e.reshaped[result] = (x, src)
+    return result
+
+
+def _reshape_steps(e: FunctionEmitter, x: str, src: TensorType, shape: tuple) -> str:
+    if src.rank == 0 or len(shape) == 0:
+        if src.rank == 0:
+            return _expand(e, x, src, [], shape)
+        return _collapse(e, x, src, [], ())
+    groups = reassociation(src.shape, shape)
+    if groups is None:
+        raise ExportError(f"cannot reshape {src} to {shape}")
+    src_groups, dst_groups, sizes = groups
+    current, current_type = x, src
+    if len(src_groups) != src.rank:
+        current = _collapse(e, current, src, src_groups, sizes)
+        current_type = TensorType(src.with_shape(sizes))
+    if len(dst_groups) != len(shape):
+        current = _expand(e, current, current_type, dst_groups, shape)
+    return current
+
+
+@handles("stablehlo.reshape")
+def _reshape(e: FunctionEmitter, op: ir.Operation):
+    src = TensorType(str(op.operands[0].type))
+    dst = TensorType(str(op.results[0].type))
+    v = op.operands[0]
+    if v in e.constants and v not in e.names and e.splat_value(e.constants[v]) is not None:
+        return [e.splat_constant(e.splat_value(e.constants[v]), str(dst))]
+    return [reshape(e, e.value(v), src, dst.shape)]
+
+
+def transpose(e: FunctionEmitter, x: str, src: TensorType, perm: Sequence[int]) -> tuple[str, TensorType]:
+    if list(perm) == list(range(src.rank)):
+        return x, src
+    shape = [src.shape[p] for p in perm]
+    out_type = TensorType(src.with_shape(shape))
+    init = e.empty(str(out_type))
+    name = e.fresh()
+    e.emit(f"{name} = linalg.transpose ins({x} : {src}) outs({init} : {out_type}) permutation = [{', '.join(str(p) for p in perm)}]")
+    return name, out_type
+
+
+@handles("stablehlo.transpose")
+def _transpose(e: FunctionEmitter, op: ir.Operation):
+    src = TensorType(str(op.operands[0].type))
+    perm = _i64s(op.attributes["permutation"])
+    name, _ = transpose(e, e.value(op.operands[0]), src, perm)
+    return [name]
+
+
+@handles("stablehlo.broadcast_in_dim")
+def _broadcast(e: FunctionEmitter, op: ir.Operation):
+    src = TensorType(str(op.operands[0].type))
+    dst = TensorType(str(op.results[0].type))
+    dims = _i64s(op.attributes["broadcast_dimensions"])
+    v = op.operands[0]
+    # A splat constant broadcast is a bigger splat constant.
+    if v in e.constants and e.splat_value(e.constants[v]) is not None:
+        return [e.splat_constant(e.splat_value(e.constants[v]), str(dst))]
+    x = e.value(v)
+    # 1. Put the kept dimensions in result order.
+    order = sorted(range(src.rank), key=lambda i: dims[i])
+    x, src = transpose(e, x, src, order)
+    dims = [dims[i] for i in order]
+    # 2. Drop size-1 dimensions that the broadcast expands.
+    keep = [i for i in range(src.rank) if src.shape[i] == dst.shape[dims[i]]]
+    if len(keep) != src.rank:
+        kept_shape = [src.shape[i] for i in keep]
+        x = reshape(e, x, src, kept_shape)
+        src = TensorType(src.with_shape(kept_shape))
+        dims = [dims[i] for i in keep]
+    # 3. Add the new dimensions: a reshape when they all have size 1
+    # (expand_dims), else a linalg.broadcast.
+    added = [d for d in range(dst.rank) if d not in dims]
+    if not added:
+        return [x]
+    if all(dst.shape[d] == 1 for d in added):
+        return [reshape(e, x, src, dst.shape)]
+    init = e.empty(str(dst))
+    name = e.fresh()
+    e.emit(f"{name} = linalg.broadcast ins({x} : {src}) outs({init} : {dst}) dimensions = [{', '.join(str(d) for d in added)}]")
+    return [name]
+
+
+@handles("stablehlo.iota")
+def _iota(e: FunctionEmitter, op: ir.Operation):
+    t = TensorType(str(op.results[0].type))
+    dim = int(ir.IntegerAttr(op.attributes["iota_dimension"]).value)
+    init = e.empty(str(t))
+    name = e.fresh()
+    loops = ", ".join(f"d{i}" for i in range(t.rank))
+    iterators = ", ".join(['"parallel"'] * t.rank)
+    e.emit(f"{name} = linalg.generic {{indexing_maps = [affine_map<({loops}) -> ({loops})>], "
+           f"iterator_types = [{iterators}]}} outs({init} : {t}) {{")
+    e.cont(f"^bb0(%out: {t.elem}):")
+    e.cont(f"  %i = linalg.index {dim} : index")
+    if t.is_float:
+        e.cont("  %n = arith.index_cast %i : index to i64")
+        e.cont(f"  %v = arith.sitofp %n : i64 to {t.elem}")
+    elif t.is_int:
+        e.cont(f"  %v = arith.index_cast %i : index to {t.elem}")
+    else:
+        raise UnmappedOpError(op.name, describe_location(op.location), f"of {t.elem}")
+    e.cont(f"  linalg.yield %v : {t.elem}")
+    e.cont(f"}} -> {t}")
+    return [name]
+
+
+def _cast_scalar(src: str, dst: str, value: str, out: str) -> list[str]:
+    if src == dst:
+        return []
+    if src in _FLOAT_TYPES and dst in _FLOAT_TYPES:
+        op = "arith.extf" if _bitwidth(src) < _bitwidth(dst) else "arith.truncf"
+        return [f"{out} = {op} {value} : {src} to {dst}"]
+    if src in _INT_TYPES and dst in _FLOAT_TYPES:
+        return [f"{out} = arith.sitofp {value} : {src} to {dst}"]
+    if src in _INT_TYPES and dst in _INT_TYPES and _bitwidth(src) < _bitwidth(dst):
+        return [f"{out} = arith.extsi {value} : {src} to {dst}"]
+    raise ExportError(f"cannot accumulate {src} in {dst}")
+
+
+@handles("stablehlo.dot_general")
+def _dot_general(e: FunctionEmitter, op: ir.Operation):
+    from jaxlib.mlir.dialects import stablehlo
+
+    numbers = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+    lb, rb = list(numbers.lhs_batching_dimensions), list(numbers.rhs_batching_dimensions)
+    lc, rc = list(numbers.lhs_contracting_dimensions), list(numbers.rhs_contracting_dimensions)
+    lt, rt = TensorType(str(op.operands[0].type)), TensorType(str(op.operands[1].type))
+    ot = TensorType(str(op.results[0].type))
+    if not ((lt.is_float and ot.is_float) or (lt.is_int and ot.is_int and lt.elem != "i1")):
+        raise UnmappedOpError(op.name, describe_location(op.location), f"on {lt.elem} -> {ot.elem}")
+    lhs, rhs = e.value(op.operands[0]), e.value(op.operands[1])
+    zero = e.scalar_constant("0.0" if ot.is_float else "0", ot.elem)
+    acc = e.filled(str(ot), zero, ot.elem)
+    same = lt.elem == rt.elem == ot.elem
+    if same and not lb and lc == [1] and rc == [0] and lt.rank == 2 and rt.rank == 2:
+        name = e.fresh()
+        e.emit(f"{name} = linalg.matmul ins({lhs}, {rhs} : {lt}, {rt}) outs({acc} : {ot}) -> {ot}")
+        return [name]
+    if same and lb == [0] and rb == [0] and lc == [2] and rc == [1] and lt.rank == 3 and rt.rank == 3:
+        name = e.fresh()
+        e.emit(f"{name} = linalg.batch_matmul ins({lhs}, {rhs} : {lt}, {rt}) outs({acc} : {ot}) -> {ot}")
+        return [name]
+    # General case: one loop per result dimension (batch, lhs free, rhs free)
+    # then one per contracted pair.
+    lfree = [d for d in range(lt.rank) if d not in lb and d not in lc]
+    rfree = [d for d in range(rt.rank) if d not in rb and d not in rc]
+    nb, nl, nr, nc = len(lb), len(lfree), len(rfree), len(lc)
+    loops = nb + nl + nr + nc
+    lmap = [""] * lt.rank
+    rmap = [""] * rt.rank
+    for k, (a, b) in enumerate(zip(lb, rb)):
+        lmap[a] = rmap[b] = f"d{k}"
+    for k, a in enumerate(lfree):
+        lmap[a] = f"d{nb + k}"
+    for k, b in enumerate(rfree):
+        rmap[b] = f"d{nb + nl + k}"
+    for k, (a, b) in enumerate(zip(lc, rc)):
+        lmap[a] = rmap[b] = f"d{nb + nl + nr + k}"
+    dvars = ", ".join(f"d{i}" for i in range(loops))
+    omap = ", ".join(f"d{i}" for i in range(nb + nl + nr))
+    iters = ", ".join(['"parallel"'] * (nb + nl + nr) + ['"reduction"'] * nc)
+    name = e.fresh()
+    e.emit(f"{name} = linalg.generic {{indexing_maps = [affine_map<({dvars}) -> ({', '.join(lmap)})>, "
+           f"affine_map<({dvars}) -> ({', '.join(rmap)})>, affine_map<({dvars}) -> ({omap})>], "
+           f"iterator_types = [{iters}]}} ins({lhs}, {rhs} : {lt}, {rt}) outs({acc} : {ot}) {{")
+    e.cont(f"^bb0(%a: {lt.elem}, %b: {rt.elem}, %acc: {ot.elem}):")
+    body = _cast_scalar(lt.elem, ot.elem, "%a", "%ca") + _cast_scalar(rt.elem, ot.elem, "%b", "%cb")
+    for line in body:
+        e.cont("  " + line)
+    a = "%ca" if lt.elem != ot.elem else "%a"
+    b = "%cb" if rt.elem != ot.elem else "%b"
+    mul, add = ("arith.mulf", "arith.addf") if ot.is_float else ("arith.muli", "arith.addi")
+    e.cont(f"  %p = {mul} {a}, {b} : {ot.elem}")
+    e.cont(f"  %s = {add} %acc, %p : {ot.elem}")
+    e.cont(f"  linalg.yield %s : {ot.elem}")
+    e.cont(f"}} -> {ot}")
+    return [name]
+
+
+_COMBINERS = {
+    "stablehlo.add": ("arith.addf", "arith.addi", "arith.ori"),
+    "stablehlo.multiply": ("arith.mulf", "arith.muli", "arith.andi"),
+    "stablehlo.maximum": ("arith.maximumf", "arith.maxsi", "arith.ori"),
+    "stablehlo.minimum": ("arith.minimumf", "arith.minsi", "arith.andi"),
+    "stablehlo.and": (None, "arith.andi", "arith.andi"),
+    "stablehlo.or": (None, "arith.ori", "arith.ori"),
+}
+
+
+@handles("stablehlo.reduce")
+def _reduce(e: FunctionEmitter, op: ir.Operation):
+    where = describe_location(op.location)
+    if len(op.results) != 1:
+        raise UnmappedOpError(op.name, where, f"a reduction of {len(op.results)} values at once")
+    x_value, init_value = op.operands
+    xt = TensorType(str(x_value.type))
+    ot = TensorType(str(op.results[0].type))
+    dims = sorted(_i64s(op.attributes["dimensions"]))
+    body = [o.operation for o in op.regions[0].blocks[0].operations]
+    block_args = list(op.regions[0].blocks[0].arguments)
+    if (len(body) != 2 or body[0].name not in _COMBINERS or body[1].name != "stablehlo.return"
+            or set(body[0].operands) != set(block_args) or list(body[1].operands) != [body[0].results[0]]):
+        raise UnmappedOpError(op.name, where, "a reduction body other than one add/mul/max/min/and/or")
+    combiner = _pick(_COMBINERS[body[0].name], xt, op)
+    # The initial value: a scalar for linalg.fill.
+    if init_value in e.constants and e.splat_value(e.constants[init_value]) is not None:
+        init = e.scalar_constant(e.splat_value(e.constants[init_value]), ot.elem)
+    else:
+        init = e.fresh()
+        e.emit(f"{init} = tensor.extract {e.value(init_value)}[] : {init_value.type}")
+    acc = e.filled(str(ot), init, ot.elem)
+    x = e.value(x_value)
+    name = e.fresh()
+    e.emit(f"{name} = linalg.reduce ins({x} : {xt}) outs({acc} : {ot}) dimensions = [{', '.join(str(d) for d in dims)}]")
+    e.cont(f"  (%in: {xt.elem}, %init: {ot.elem}) {{")
+    e.cont(f"    %r = {combiner} %in, %init : {ot.elem}")
+    e.cont(f"    linalg.yield %r : {ot.elem}")
+    e.cont("  }")
+    return [name]
+
+
+@handles("sdy.sharding_constraint")
+def _constraint(e: FunctionEmitter, op: ir.Operation):
+    sharding = e.sharding(str(op.attributes["sharding"]), "sharding constraint")
+    name = e.fresh()
+    e.emit(f"{name} = polymesh.sharding_constraint {e.value(op.operands[0])} {sharding.body_text()} : {op.results[0].type}")
+    return [name]
+
+
+@handles("sdy.reshard")
+def _reshard(e: FunctionEmitter, op: ir.Operation):
+    sharding = e.sharding(str(op.attributes["sharding"]), "reshard")
+    name = e.fresh()
+    e.emit(f"{name} = polymesh.reshard {e.value(op.operands[0])} {sharding.body_text()} : {op.results[0].type}")
+    return [name]
+
+
+@handles("func.call")
+def _call(e: FunctionEmitter, op: ir.Operation):
+    callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+    func = e.functions.get(callee)
+    if func is None:
+        raise UnmappedOpError(op.name, describe_location(op.location), f"call of unknown @{callee}")
+    if e.inline_depth > 64:
+        raise ExportError(f"calls nest too deeply at @{callee}")
+    block = func.regions[0].blocks[0]
+    for arg, operand in zip(block.arguments, op.operands):
+        e.names.pop(arg, None)
+        e.constants.pop(arg, None)
+        if operand in e.constants and operand not in e.names:
+            e.constants[arg] = e.constants[operand]
+        else:
+            e.names[arg] = e.value(operand)
+    e.inline_depth += 1
+    try:
+        outputs = e.emit_block(block)
+    finally:
+        e.inline_depth -= 1
+    return outputs
+
+
+@handles("stablehlo.optimization_barrier")
+def _barrier(e: FunctionEmitter, op: ir.Operation):
+    # Only scheduling: every operand is returned unchanged.
+    return [e.value(v) for v in op.operands]

@@ -1,0 +1,65 @@
+"""resolve_out_shardings(): Polymesh's per-leaf placement, as the JAX
+shardings to pass to `jax.jit(..., out_shardings=...)`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
+
+import jax
+
+from ._attrs import Sharding, parse_functions, parse_meshes
+from ._emit import ExportError
+from ._export import Program, export_program
+from ._tools import propagate
+
+
+@dataclasses.dataclass
+class Resolution:
+    program: Program
+    propagated: str  # polymesh-opt's output
+    leaf_shardings: list[Sharding]  # one per result leaf, in flattened order
+    out_shardings: Any  # the pytree of JAX shardings
+
+
+def resolve(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[dict] = None, **options: Any) -> Resolution:
+    """Exports `fn`, runs `polymesh-opt --polymesh-propagate` and maps every
+    result leaf's sharding back onto the user's own Mesh objects. Options
+    are `export_program`'s."""
+    program = export_program(fn, args, kwargs, **options)
+    propagated = propagate(program.text)
+    functions = parse_functions(propagated)
+    signature = functions.get(program.function_name)
+    if signature is None:
+        raise ExportError(f"polymesh-opt's output has no @{program.function_name}")
+    printed = parse_meshes(propagated)
+    for entry in program.meshes.entries():
+        if printed.get(entry.name) is not None and printed[entry.name].ids() != entry.mesh.ids():
+            raise ExportError(f"polymesh-opt printed mesh @{entry.name} with other devices")
+    if len(signature.results) != len(program.results):
+        raise ExportError(
+            f"@{program.function_name} has {len(signature.results)} results after propagation, "
+            f"{len(program.results)} leaves before")
+    shardings = []
+    jax_shardings = []
+    for result, leaf in zip(signature.results, program.results):
+        sharding = result.sharding()
+        if sharding is None:
+            raise ExportError(f"leaf {leaf.path} has no sharding after propagation")
+        shardings.append(sharding)
+        jax_shardings.append(program.meshes.to_jax(sharding, f"leaf {leaf.path}"))
+    tree = jax.tree_util.tree_unflatten(program.out_tree, jax_shardings)
+    return Resolution(program, propagated, shardings, tree)
+
+
+def resolve_out_shardings(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """The out_shardings pytree that places every leaf of `fn(*args,
+    **kwargs)` where Polymesh's propagation puts it, on the user's own mesh:
+
+        jax.jit(fn, out_shardings=resolve_out_shardings(fn, *args))(*args)
+
+    Each leaf becomes a `NamedSharding` over the very `jax.sharding.Mesh`
+    object its value was placed on (or a `SingleDeviceSharding` for a value
+    placed on one device), whatever the order of the leaves.
+    """
+    return resolve(fn, args, kwargs).out_shardings
