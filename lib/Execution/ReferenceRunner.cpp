@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Execution/ReferenceRunner.h"
+#include "polymesh/Conversion/Passes.h"
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 
@@ -159,25 +160,7 @@ polymesh::execution::getFunctionSignature(func::FuncOp func) {
 }
 
 void polymesh::execution::registerReferenceDialects(DialectRegistry &registry) {
-  registry.insert<polymesh::PolymeshDialect, arith::ArithDialect,
-                  bufferization::BufferizationDialect, func::FuncDialect,
-                  linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
-                  scf::SCFDialect, tensor::TensorDialect, tosa::TosaDialect>();
-  // One-shot bufferization asks every op on tensors for its bufferization
-  // model, and ownership-based deallocation asks ops that forward or select
-  // buffers for theirs; an op whose dialect promised a model that is not
-  // registered aborts the process instead of failing the pass.
-  arith::registerBufferizableOpInterfaceExternalModels(registry);
-  bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(
-      registry);
-  cf::registerBufferizableOpInterfaceExternalModels(registry);
-  linalg::registerBufferizableOpInterfaceExternalModels(registry);
-  scf::registerBufferizableOpInterfaceExternalModels(registry);
-  tensor::registerBufferizableOpInterfaceExternalModels(registry);
-  arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
-  cf::registerBufferDeallocationOpInterfaceExternalModels(registry);
-  scf::registerBufferDeallocationOpInterfaceExternalModels(registry);
-  memref::registerAllocationOpInterfaceExternalModels(registry);
+  polymesh::registerHostLoweringDialects(registry);
   registerJitTranslations(registry);
 }
 
@@ -231,70 +214,7 @@ LogicalResult polymesh::execution::stripSharding(ModuleOp module) {
 }
 
 void polymesh::execution::buildReferenceLoweringPipeline(OpPassManager &pm) {
-  // TOSA first, in the order upstream's tosa-to-linalg pipeline uses: named
-  // ops, then elementwise ops, then what tosa-to-linalg leaves legal
-  // (constants, reshapes and slices, control flow).
-  OpPassManager &tosaPm = pm.nest<func::FuncOp>();
-  tosaPm.addPass(tosa::createTosaOptionalDecompositionsPass());
-  tosaPm.addPass(tosa::createTosaToLinalgNamed({}));
-  tosaPm.addPass(tosa::createTosaToLinalg());
-  tosaPm.addPass(createTosaToArithPass());
-  tosaPm.addPass(createTosaToTensorPass());
-  tosaPm.addPass(createTosaToSCFPass());
-  // Elementwise arith and math ops on whole tensors have no bufferization
-  // of their own; as linalg.generic they do.
-  tosaPm.addPass(createConvertElementwiseToLinalgPass());
-
-  // Identity layouts at function boundaries, so a host tensor is passed as
-  // a plain dense descriptor. ReferenceRunner::create marks arguments
-  // `bufferization.writable = false`, so bufferization copies rather than
-  // writes into them and inputs survive a run.
-  bufferization::OneShotBufferizePassOptions bufferize;
-  bufferize.bufferizeFunctionBoundaries = true;
-  bufferize.functionBoundaryTypeConversion =
-      bufferization::LayoutMapOption::IdentityLayoutMap;
-  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
-  // Results become out-parameters that the caller allocates: no memref is
-  // returned across the C interface, so nothing allocated by generated code
-  // has to be freed by the host, and any number of results of any rank is
-  // passed the same way.
-  bufferization::BufferResultsToOutParamsPassOptions outParams;
-  outParams.hoistStaticAllocs = true;
-  outParams.modifyPublicFunctions = true;
-  pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
-  bufferization::buildBufferDeallocationPipeline(pm);
-
-  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
-  pm.addPass(createLowerAffinePass());
-  pm.addPass(createSCFToControlFlowPass());
-
-  // f16 and bf16: compute in f32 and round once, which equals the correctly
-  // rounded narrow result for +, -, *, / and sqrt (f32 has more than twice
-  // their precision). bf16 conversions are then expanded to integer code,
-  // because LLVM lowers them to a libgcc call that Debian 12's GCC lacks.
-  math::MathExtendToSupportedTypesOptions mathExtend;
-  pm.addPass(math::createMathExtendToSupportedTypes(mathExtend));
-  arith::ArithEmulateUnsupportedFloatsOptions emulate;
-  emulate.sourceTypeStrs = {"f16", "bf16"};
-  emulate.targetTypeStr = "f32";
-  pm.addPass(arith::createArithEmulateUnsupportedFloats(emulate));
-  arith::ArithExpandOpsPassOptions expand;
-  expand.includeBf16 = true;
-  pm.addPass(arith::createArithExpandOpsPass(expand));
-
-  pm.addPass(createConvertMathToLLVMPass());
-  // What has no LLVM intrinsic (erf, tan, ...) becomes a libm call.
-  pm.addPass(createConvertMathToLibmPass());
-  // expand_shape, collapse_shape and subviews become plain descriptor
-  // arithmetic, which may create affine.apply again.
-  pm.addPass(memref::createExpandStridedMetadataPass());
-  pm.addPass(createLowerAffinePass());
-  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
-  pm.addPass(createArithToLLVMConversionPass());
-  pm.addPass(createConvertControlFlowToLLVMPass());
-  pm.addPass(createConvertFuncToLLVMPass());
-  pm.addPass(createConvertIndexToLLVMPass());
-  pm.addPass(createReconcileUnrealizedCastsPass());
+  polymesh::buildHostLoweringPipeline(pm);
 }
 
 llvm::Expected<std::unique_ptr<ReferenceRunner>>

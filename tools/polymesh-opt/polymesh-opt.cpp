@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+#include "polymesh/Conversion/Passes.h"
 #include "polymesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -42,7 +43,12 @@ int main(int argc, char **argv) {
   mlir::tensor::registerShardingInterfaceExternalModels(registry);
   mlir::tosa::registerShardingInterfaceExternalModels(registry);
 
+  // --polymesh-lower-to-cpu bufferizes and lowers to LLVM in-process.
+  polymesh::registerHostLoweringDialects(registry);
+
   polymesh::registerPolymeshPasses();
+  polymesh::registerPolymeshConversionPasses();
+  polymesh::registerPolymeshPipelines();
 
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "Polymesh optimizer driver\n", registry));

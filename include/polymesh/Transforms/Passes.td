@@ -132,4 +132,52 @@ def PolymeshPlan : Pass<"polymesh-plan", "mlir::ModuleOp"> {
   ];
 }
 
+def PolymeshPartition : Pass<"polymesh-partition", "mlir::ModuleOp"> {
+  let summary = "Rewrites each planned global function into per-device "
+                "local programs";
+  let description = [{
+    Runs after `--polymesh-propagate` and `--polymesh-plan`. Every function
+    with a body becomes the local programs its devices run:
+
+    * **Devices.** A function's devices are the sorted union of the device
+      ids of every mesh it names; a device's *position* is its index there.
+    * **Local types.** Every tensor value becomes the device's exact tile:
+      the extents of its box (uneven tiles are short, not padded), and 0 in
+      every dimension on a device outside the value's mesh, so ops placed on
+      another mesh compute on empty tensors there: nothing to guard.
+    * **Classes.** Devices whose tiles have the same extents for every value
+      run the same code: each class gets one function `@<name>__part<k>`
+      with static local types, the attributes `polymesh.partition_of` (the
+      global function) and `polymesh.devices` (the ids that run it), and
+      three leading arguments: the runtime handle (`!llvm.ptr`), the device
+      id (`i64`) and the device's position (`index`). Classes are numbered
+      in the order of their first device. An evenly sharded program has one
+      class per combination of meshes a device belongs to, whatever the
+      number of devices.
+    * **Constants.** A splat becomes a splat of the tile; any other dense
+      constant is sliced (`tensor.extract_slice`) at the device's tile
+      offsets, read from a table indexed by the position.
+    * **Transfers.** Each planned `polymesh.transfer` moves into a private
+      function marked `polymesh.plan`, stored once, and every class runs it
+      as `polymesh.exchange` on its tiles. A `polymesh.sharding_constraint`
+      is the identity on tiles.
+    * **Partial sums.** An op whose result is unreduced computes its
+      partial sum from its local tiles; its init must be zero (an init would
+      otherwise be counted once per member of the reduction group).
+    * Every other op keeps its semantics on tiles: elementwise ops, linalg
+      and tosa contractions, transposes, reductions, and reshapes, whose
+      target shapes (`tensor.expand_shape`'s output shape, `tosa.reshape`'s
+      shape operand) become local.
+
+    The global functions are erased. Errors (a value without a sharding, an
+    unplanned `polymesh.reshard`, calls, tensors inside regions, an op whose
+    local form does not verify) name the op and fail the pass.
+  }];
+  let dependentDialects = ["::polymesh::PolymeshDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::tensor::TensorDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
 #endif // POLYMESH_TRANSFORMS_PASSES_TD

@@ -239,5 +239,47 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// ExchangeOp
+//===----------------------------------------------------------------------===//
+
+TransferOp polymesh::lookupExchangePlan(SymbolTableCollection &symbols,
+                                        ExchangeOp op) {
+  auto function = symbols.lookupNearestSymbolFrom<FunctionOpInterface>(
+      op, op.getPlanAttr());
+  if (!function || function.isExternal() ||
+      !function->hasAttr(PolymeshDialect::kPlanAttrName))
+    return {};
+  Block &body = function.getFunctionBody().front();
+  if (body.getOperations().size() != 2)
+    return {};
+  return dyn_cast<TransferOp>(&body.front());
+}
+
+LogicalResult ExchangeOp::verify() {
+  if (getInput().getType().getElementType() !=
+      getResult().getType().getElementType())
+    return emitOpError("source and destination tiles must have one element "
+                       "type");
+  if (getInput().getType().getRank() != getResult().getType().getRank())
+    return emitOpError("source and destination tiles must have one rank");
+  return success();
+}
+
+LogicalResult ExchangeOp::verifySymbolUses(SymbolTableCollection &symbols) {
+  TransferOp transfer = lookupExchangePlan(symbols, *this);
+  if (!transfer)
+    return emitOpError() << "plan " << getPlanAttr()
+                         << " does not name a function marked '"
+                         << PolymeshDialect::kPlanAttrName
+                         << "' whose body is one polymesh.transfer";
+  auto global = transfer.getResult().getType();
+  if (global.getElementType() != getInput().getType().getElementType() ||
+      global.getRank() != getInput().getType().getRank())
+    return emitOpError() << "tiles of " << getInput().getType()
+                         << " cannot belong to the plan's " << global;
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "polymesh/Dialect/Polymesh/PolymeshOps.cpp.inc"

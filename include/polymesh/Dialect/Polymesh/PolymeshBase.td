@@ -41,6 +41,15 @@ def Polymesh_Dialect : Dialect {
     static constexpr llvm::StringLiteral kLeafAttrName = "polymesh.leaf";
     static constexpr llvm::StringLiteral kAmbientMeshAttrName =
         "polymesh.ambient_mesh";
+    /// On a function made by --polymesh-partition: the global function it
+    /// runs a part of (a string) ...
+    static constexpr llvm::StringLiteral kPartitionOfAttrName =
+        "polymesh.partition_of";
+    /// ... and the sorted ids of the devices that run it (an i64 array).
+    static constexpr llvm::StringLiteral kDevicesAttrName = "polymesh.devices";
+    /// On a private function whose body is one planned polymesh.transfer,
+    /// which polymesh.exchange ops refer to (a unit attribute).
+    static constexpr llvm::StringLiteral kPlanAttrName = "polymesh.plan";
     /// Whether `sharding` was already verified against `mesh` for `type`.
     /// All three are uniqued in the context, so a success stays valid; the
     /// verifier checks every sharding of every op after every pass.

@@ -105,4 +105,37 @@ def Polymesh_TransferOp : Polymesh_Op<"transfer", [Pure,
   }];
 }
 
+def Polymesh_ExchangeOp : Polymesh_Op<"exchange", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "One device's part of a planned transfer, on local tiles";
+  let description = [{
+    ```mlir
+    %t = polymesh.exchange %src plan @restore__plan0
+        on %rt, %device, %position : tensor<4096x512xf32> -> tensor<256x1024xf32>
+    ```
+    `--polymesh-partition` turns every `polymesh.transfer` of a global
+    function into this op in each of the function's per-device programs. The
+    operand is the calling device's source tile and the result its
+    destination tile (exact tile extents: 0 where the device holds nothing).
+    `plan` names a private function marked `polymesh.plan` whose body is the
+    original global `polymesh.transfer`: the plan is stored once, whatever
+    the number of device programs that run it, and both CPU and CUDA
+    lowerings derive every device's work from it. `%rt` is the runtime handle
+    of the run, `%device` the calling device's id and `%position` its index
+    in the sorted device list of the partitioned function (the row of every
+    per-device table).
+
+    The op communicates, so it is not pure: every device of the plan must
+    execute it, in program order with the other exchanges.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, FlatSymbolRefAttr:$plan,
+                       AnyType:$runtime, I64:$device, Index:$position);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `plan` $plan `on` $runtime `,` $device `,` $position attr-dict
+    `:` type($runtime) `,` type($input) `->` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // POLYMESH_DIALECT_POLYMESH_OPS_TD

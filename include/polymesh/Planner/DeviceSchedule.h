@@ -1,0 +1,126 @@
+//===- DeviceSchedule.h - A plan as per-device rows for codegen -*- C++ -*-===//
+//
+// Part of Polymesh. Pure C++17: no MLIR types.
+//
+//===----------------------------------------------------------------------===//
+//
+// Generated code cannot interpret a TransferPlan: it runs one fixed sequence
+// of segments (one per step phase) on every device, and reads what its own
+// device does in each segment from tables. A DeviceSchedule is those tables
+// before they become IR: per segment and per device, the copies to run
+// before communication (packing boxes into staging, or copying locally), the
+// communication calls, and the copies after it (unpacking, possibly adding).
+// Buffers are the device's exact tiles (box extents, row-major, no padding)
+// and one staging buffer per device; every row is in bytes, with strided
+// boxes collapsed to as few contiguous runs as the tiles allow.
+//
+// Semantics are the simulator's: within a phase every box is read before any
+// box is written; receivers write in the step's transfer order.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_PLANNER_DEVICESCHEDULE_H
+#define POLYMESH_PLANNER_DEVICESCHEDULE_H
+
+#include "polymesh/Planner/Layout.h"
+#include "polymesh/Planner/TransferPlan.h"
+
+#include "absl/status/statusor.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace polymesh::planner {
+
+/// Where a copy reads or writes.
+enum class BufferSpace : int64_t { Source = 0, Destination = 1, Staging = 2 };
+
+enum class CopyKind : int64_t {
+  /// dst = src, run by run.
+  Copy = 0,
+  /// dst += src, element by element in the element type.
+  Accumulate = 1,
+  /// dst = 0 (src unused).
+  Zero = 2,
+};
+
+/// A strided box copy: `outer` loops (major first) over contiguous runs of
+/// `runBytes`. Offsets and strides are in bytes from the buffer's start.
+struct CopyRow {
+  CopyKind kind = CopyKind::Copy;
+  BufferSpace srcSpace = BufferSpace::Source;
+  int64_t srcOffset = 0;
+  BufferSpace dstSpace = BufferSpace::Destination;
+  int64_t dstOffset = 0;
+  int64_t runBytes = 0;
+  /// Exactly DeviceSchedule::outerDims entries each; unused leading loops
+  /// have count 1 and stride 0.
+  std::vector<int64_t> counts, srcStrides, dstStrides;
+};
+
+enum class CommKind : int64_t { Send = 0, Recv = 1, Broadcast = 2 };
+
+/// One runtime call. `peer` is the other device of a send or recv, or the
+/// root of a broadcast; the bytes are at `stagingOffset` in staging.
+struct CommRow {
+  CommKind kind = CommKind::Send;
+  int64_t peer = 0;
+  int64_t stagingOffset = 0;
+  int64_t bytes = 0;
+};
+
+/// How a segment communicates; the same on every device.
+enum class SegmentMethod : int64_t {
+  /// No communication.
+  Local = 0,
+  /// send/recv rows inside one group_start/group_end.
+  SendRecv = 1,
+  /// One broadcast from a root over `members`, in place in staging.
+  Broadcast = 2,
+};
+
+struct DeviceSegment {
+  std::vector<CopyRow> before;
+  std::vector<CommRow> comm;
+  std::vector<CopyRow> after;
+  int64_t stagingBytes = 0;
+};
+
+struct Segment {
+  SegmentMethod method = SegmentMethod::Local;
+  /// The step and phase of the plan this segment runs.
+  size_t step = 0;
+  int phase = 0;
+  /// Sorted communicator members of a broadcast.
+  std::vector<int64_t> members;
+  /// Indexed by the device's position in DeviceSchedule::devices.
+  std::vector<DeviceSegment> perDevice;
+};
+
+struct DeviceSchedule {
+  /// The devices of the program, sorted; positions index perDevice.
+  std::vector<int64_t> devices;
+  int64_t elementBytes = 0;
+  /// Loops around the contiguous run of every copy: max(rank - 1, 0).
+  int outerDims = 0;
+  std::vector<Segment> segments;
+  /// Most staging a device needs in any segment, per position.
+  std::vector<int64_t> stagingBytes;
+  /// The plan sums partials into its source buffer: run on a copy, so that
+  /// the value's other uses keep their partials.
+  bool writesSource = false;
+  /// The plan adds into its destination buffer: start it at zero.
+  bool accumulatesIntoDestination = false;
+};
+
+/// Schedules `plan` (from `source` to `destination`) for the devices
+/// `devices` (sorted, a superset of both meshes' devices). Fails on a plan
+/// whose boxes do not lie in the tiles they name.
+absl::StatusOr<DeviceSchedule>
+scheduleForDevices(const TransferPlan &plan, const TensorLayout &source,
+                   const TensorLayout &destination,
+                   const std::vector<int64_t> &devices);
+
+} // namespace polymesh::planner
+
+#endif // POLYMESH_PLANNER_DEVICESCHEDULE_H

@@ -1,0 +1,145 @@
+//===- HostLowering.cpp - Upstream lowering of host code to LLVM ----------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Conversion/Passes.h"
+#include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+
+#include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MathToLibm/MathToLibm.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/TosaToArith/TosaToArith.h"
+#include "mlir/Conversion/TosaToLinalg/TosaToLinalg.h"
+#include "mlir/Conversion/TosaToSCF/TosaToSCF.h"
+#include "mlir/Conversion/TosaToTensor/TosaToTensor.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/Arith/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/FuncBufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Bufferization/Transforms/Passes.h"
+#include "mlir/Dialect/ControlFlow/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/ControlFlow/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Passes.h"
+#include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Dialect/MemRef/Transforms/AllocationOpInterfaceImpl.h"
+#include "mlir/Dialect/MemRef/Transforms/Passes.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/SCF/Transforms/BufferDeallocationOpInterfaceImpl.h"
+#include "mlir/Dialect/SCF/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tensor/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/Dialect/Tosa/Transforms/Passes.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+
+using namespace mlir;
+
+void polymesh::registerHostLoweringDialects(DialectRegistry &registry) {
+  registry.insert<polymesh::PolymeshDialect, arith::ArithDialect,
+                  bufferization::BufferizationDialect, func::FuncDialect,
+                  linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
+                  scf::SCFDialect, tensor::TensorDialect, tosa::TosaDialect>();
+  // One-shot bufferization asks every op on tensors for its bufferization
+  // model, and ownership-based deallocation asks ops that forward or select
+  // buffers for theirs; an op whose dialect promised a model that is not
+  // registered aborts the process instead of failing the pass.
+  arith::registerBufferizableOpInterfaceExternalModels(registry);
+  bufferization::func_ext::registerBufferizableOpInterfaceExternalModels(
+      registry);
+  cf::registerBufferizableOpInterfaceExternalModels(registry);
+  linalg::registerBufferizableOpInterfaceExternalModels(registry);
+  scf::registerBufferizableOpInterfaceExternalModels(registry);
+  tensor::registerBufferizableOpInterfaceExternalModels(registry);
+  arith::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  cf::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  scf::registerBufferDeallocationOpInterfaceExternalModels(registry);
+  memref::registerAllocationOpInterfaceExternalModels(registry);
+}
+
+void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
+  // TOSA first, in the order upstream's tosa-to-linalg pipeline uses: named
+  // ops, then elementwise ops, then what tosa-to-linalg leaves legal
+  // (constants, reshapes and slices, control flow).
+  OpPassManager &tosaPm = pm.nest<func::FuncOp>();
+  tosaPm.addPass(tosa::createTosaOptionalDecompositionsPass());
+  tosaPm.addPass(tosa::createTosaToLinalgNamed({}));
+  tosaPm.addPass(tosa::createTosaToLinalg());
+  tosaPm.addPass(createTosaToArithPass());
+  tosaPm.addPass(createTosaToTensorPass());
+  tosaPm.addPass(createTosaToSCFPass());
+  // Elementwise arith and math ops on whole tensors have no bufferization
+  // of their own; as linalg.generic they do.
+  tosaPm.addPass(createConvertElementwiseToLinalgPass());
+
+  // Identity layouts at function boundaries, so a host tensor is passed as
+  // a plain dense descriptor. ReferenceRunner::create marks arguments
+  // `bufferization.writable = false`, so bufferization copies rather than
+  // writes into them and inputs survive a run.
+  bufferization::OneShotBufferizePassOptions bufferize;
+  bufferize.bufferizeFunctionBoundaries = true;
+  bufferize.functionBoundaryTypeConversion =
+      bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
+  // Results become out-parameters that the caller allocates: no memref is
+  // returned across the C interface, so nothing allocated by generated code
+  // has to be freed by the host, and any number of results of any rank is
+  // passed the same way.
+  bufferization::BufferResultsToOutParamsPassOptions outParams;
+  outParams.hoistStaticAllocs = true;
+  outParams.modifyPublicFunctions = true;
+  pm.addPass(bufferization::createBufferResultsToOutParamsPass(outParams));
+  bufferization::buildBufferDeallocationPipeline(pm);
+
+  pm.addNestedPass<func::FuncOp>(createConvertLinalgToLoopsPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createSCFToControlFlowPass());
+
+  // f16 and bf16: compute in f32 and round once, which equals the correctly
+  // rounded narrow result for +, -, *, / and sqrt (f32 has more than twice
+  // their precision). bf16 conversions are then expanded to integer code,
+  // because LLVM lowers them to a libgcc call that Debian 12's GCC lacks.
+  math::MathExtendToSupportedTypesOptions mathExtend;
+  pm.addPass(math::createMathExtendToSupportedTypes(mathExtend));
+  arith::ArithEmulateUnsupportedFloatsOptions emulate;
+  emulate.sourceTypeStrs = {"f16", "bf16"};
+  emulate.targetTypeStr = "f32";
+  pm.addPass(arith::createArithEmulateUnsupportedFloats(emulate));
+  arith::ArithExpandOpsPassOptions expand;
+  expand.includeBf16 = true;
+  pm.addPass(arith::createArithExpandOpsPass(expand));
+
+  pm.addPass(createConvertMathToLLVMPass());
+  // What has no LLVM intrinsic (erf, tan, ...) becomes a libm call.
+  pm.addPass(createConvertMathToLibmPass());
+  // expand_shape, collapse_shape and subviews become plain descriptor
+  // arithmetic, which may create affine.apply again.
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+

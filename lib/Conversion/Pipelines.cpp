@@ -1,0 +1,47 @@
+//===- Pipelines.cpp - --polymesh-pipeline --------------------------------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Conversion/Passes.h"
+#include "polymesh/Transforms/Passes.h"
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+namespace {
+struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
+  Option<std::string> target{*this, "target",
+                             llvm::cl::desc("Code generation target: cpu "
+                                            "(cuda is not implemented yet)"),
+                             llvm::cl::init("cpu")};
+  Option<int64_t> memoryLimitBytes{
+      *this, "memory-limit-bytes",
+      llvm::cl::desc("Per-device staging limit of the planner (0: none)"),
+      llvm::cl::init(0)};
+};
+} // namespace
+
+void polymesh::registerPolymeshPipelines() {
+  PassPipelineRegistration<PipelineOptions>(
+      "polymesh-pipeline",
+      "Propagate, plan, partition and lower to a target (target=cpu)",
+      [](OpPassManager &pm, const PipelineOptions &options) -> LogicalResult {
+        if (options.target != "cpu") {
+          llvm::errs() << "polymesh-pipeline: target '" << options.target
+                       << "' is not supported; use target=cpu\n";
+          return failure();
+        }
+        pm.addPass(createPolymeshPropagate());
+        PolymeshPlanOptions plan;
+        plan.memoryLimitBytes = options.memoryLimitBytes;
+        pm.addPass(createPolymeshPlan(plan));
+        pm.addPass(createPolymeshPartition());
+        pm.addPass(createPolymeshLowerToCpu());
+        return success();
+      });
+}

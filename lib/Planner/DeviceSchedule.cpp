@@ -1,0 +1,350 @@
+//===- DeviceSchedule.cpp - A plan as per-device rows for codegen ---------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Planner/DeviceSchedule.h"
+
+#include "absl/strings/str_cat.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+using namespace polymesh::planner;
+
+namespace {
+
+/// A device's exact tile of one layout: its box, row-major, no padding.
+struct Tile {
+  Box box;
+  std::vector<int64_t> strides; // bytes
+  bool present = false;
+};
+
+Tile tileOf(const TensorLayout &layout, int64_t device, int64_t elementBytes) {
+  Tile tile;
+  size_t rank = layout.shape().size();
+  std::optional<Box> box = layout.boxOfDevice(device);
+  if (!box) {
+    tile.box = Box{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 0)};
+  } else {
+    tile.box = *box;
+    tile.present = true;
+  }
+  tile.strides.assign(rank, elementBytes);
+  for (size_t d = rank; d-- > 1;)
+    tile.strides[d - 1] =
+        tile.strides[d] * (tile.box.hi[d] - tile.box.lo[d]);
+  return tile;
+}
+
+bool within(const Box &outer, const Box &inner) {
+  for (size_t d = 0; d < inner.lo.size(); ++d)
+    if (inner.lo[d] < outer.lo[d] || inner.hi[d] > outer.hi[d])
+      return false;
+  return true;
+}
+
+/// Where a box lies in a buffer: its first byte and per-dim byte strides.
+struct Placement {
+  BufferSpace space;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+};
+
+Placement inTile(BufferSpace space, const Tile &tile, const Box &box) {
+  Placement placement{space, 0, tile.strides};
+  for (size_t d = 0; d < box.lo.size(); ++d)
+    placement.offset += (box.lo[d] - tile.box.lo[d]) * tile.strides[d];
+  return placement;
+}
+
+Placement inStaging(int64_t offset, const Box &box, int64_t elementBytes) {
+  size_t rank = box.lo.size();
+  Placement placement{BufferSpace::Staging, offset,
+                      std::vector<int64_t>(rank, elementBytes)};
+  for (size_t d = rank; d-- > 1;)
+    placement.strides[d - 1] =
+        placement.strides[d] * (box.hi[d] - box.lo[d]);
+  return placement;
+}
+
+/// A row copying `box` from `from` to `to`, with dimensions merged wherever
+/// both sides are contiguous across them.
+CopyRow makeRow(CopyKind kind, const Placement &from, const Placement &to,
+                const Box &box, int64_t elementBytes, int outerDims) {
+  struct Dim {
+    int64_t count, src, dst;
+  };
+  std::vector<Dim> dims;
+  for (size_t d = 0; d < box.lo.size(); ++d)
+    dims.push_back({box.hi[d] - box.lo[d], from.strides[d], to.strides[d]});
+  if (dims.empty())
+    dims.push_back({1, elementBytes, elementBytes});
+  // Merge an outer dimension into the next inner one when both buffers are
+  // contiguous across the pair.
+  for (size_t d = dims.size() - 1; d-- > 0;) {
+    Dim &outer = dims[d];
+    Dim &inner = dims[d + 1];
+    bool srcContiguous =
+        kind == CopyKind::Zero || outer.src == inner.count * inner.src;
+    if (srcContiguous && outer.dst == inner.count * inner.dst) {
+      inner.count *= outer.count;
+      dims.erase(dims.begin() + d);
+    }
+  }
+  CopyRow row;
+  row.kind = kind;
+  row.srcSpace = from.space;
+  row.srcOffset = from.offset;
+  row.dstSpace = to.space;
+  row.dstOffset = to.offset;
+  row.runBytes = dims.back().count * elementBytes;
+  dims.pop_back();
+  size_t pad = outerDims - dims.size();
+  row.counts.assign(pad, 1);
+  row.srcStrides.assign(pad, 0);
+  row.dstStrides.assign(pad, 0);
+  for (const Dim &dim : dims) {
+    row.counts.push_back(dim.count);
+    row.srcStrides.push_back(kind == CopyKind::Zero ? 0 : dim.src);
+    row.dstStrides.push_back(dim.dst);
+  }
+  return row;
+}
+
+/// Broadcast when one root sends every box of the phase to the same other
+/// devices, without sums: the root's staging then is the message.
+bool isBroadcast(const Step &step, int phase, std::vector<int64_t> &members) {
+  if (step.kind != StepKind::Broadcast)
+    return false;
+  int64_t root = -1;
+  std::set<int64_t> receivers;
+  bool first = true;
+  for (const Transfer &transfer : step.transfers) {
+    if (transfer.phase != phase)
+      continue;
+    if (transfer.accumulate)
+      return false;
+    std::set<int64_t> dsts(transfer.dstDevices.begin(),
+                           transfer.dstDevices.end());
+    if (dsts.count(transfer.srcDevice))
+      return false;
+    if (first) {
+      root = transfer.srcDevice;
+      receivers = dsts;
+      first = false;
+    } else if (transfer.srcDevice != root || dsts != receivers) {
+      return false;
+    }
+  }
+  if (first || receivers.empty())
+    return false;
+  members.assign(receivers.begin(), receivers.end());
+  members.push_back(root);
+  std::sort(members.begin(), members.end());
+  return true;
+}
+
+} // namespace
+
+absl::StatusOr<DeviceSchedule>
+polymesh::planner::scheduleForDevices(const TransferPlan &plan,
+                                      const TensorLayout &source,
+                                      const TensorLayout &destination,
+                                      const std::vector<int64_t> &devices) {
+  DeviceSchedule schedule;
+  schedule.devices = devices;
+  schedule.elementBytes = plan.elementBytes;
+  int64_t eb = plan.elementBytes;
+  int rank = static_cast<int>(source.shape().size());
+  schedule.outerDims = std::max(rank - 1, 0);
+  size_t numDevices = devices.size();
+  std::map<int64_t, size_t> positionOf;
+  for (size_t p = 0; p < numDevices; ++p)
+    positionOf[devices[p]] = p;
+
+  std::vector<Tile> sourceTiles, destinationTiles;
+  for (int64_t device : devices) {
+    sourceTiles.push_back(tileOf(source, device, eb));
+    destinationTiles.push_back(tileOf(destination, device, eb));
+  }
+  auto tileFor = [&](BufferKind kind, size_t position) -> const Tile & {
+    return kind == BufferKind::Source ? sourceTiles[position]
+                                      : destinationTiles[position];
+  };
+  auto spaceOf = [](BufferKind kind) {
+    return kind == BufferKind::Source ? BufferSpace::Source
+                                      : BufferSpace::Destination;
+  };
+  auto positionFor = [&](int64_t device) -> absl::StatusOr<size_t> {
+    auto it = positionOf.find(device);
+    if (it == positionOf.end())
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan names device ", device,
+                       " outside the program's devices"));
+    return it->second;
+  };
+
+  if (plan.identity) {
+    Segment segment;
+    segment.perDevice.resize(numDevices);
+    for (size_t p = 0; p < numDevices; ++p) {
+      const Tile &from = sourceTiles[p];
+      const Tile &to = destinationTiles[p];
+      if (!from.present || from.box.empty())
+        continue;
+      if (!to.present || from.box != to.box)
+        return absl::InvalidArgumentError(
+            absl::StrCat("identity plan, but device ", devices[p],
+                         " has different source and destination tiles"));
+      segment.perDevice[p].after.push_back(makeRow(
+          CopyKind::Copy, inTile(BufferSpace::Source, from, from.box),
+          inTile(BufferSpace::Destination, to, to.box), from.box, eb,
+          schedule.outerDims));
+    }
+    schedule.segments.push_back(std::move(segment));
+    schedule.stagingBytes.assign(numDevices, 0);
+    return schedule;
+  }
+
+  schedule.stagingBytes.assign(numDevices, 0);
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const Step &step = plan.steps[s];
+    int maxPhase = 0;
+    for (const Transfer &transfer : step.transfers)
+      maxPhase = std::max(maxPhase, transfer.phase);
+    for (int phase = 0; phase <= maxPhase; ++phase) {
+      Segment segment;
+      segment.step = s;
+      segment.phase = phase;
+      segment.perDevice.resize(numDevices);
+      bool broadcast = isBroadcast(step, phase, segment.members);
+      bool remote = false;
+
+      // Buffers written in this phase, per device: a local copy that reads
+      // one of them must go through staging.
+      std::set<std::pair<size_t, BufferKind>> written;
+      for (const Transfer &transfer : step.transfers) {
+        if (transfer.phase != phase)
+          continue;
+        for (int64_t dst : transfer.dstDevices) {
+          absl::StatusOr<size_t> p = positionFor(dst);
+          if (!p.ok())
+            return p.status();
+          written.insert({*p, transfer.dstBuffer});
+        }
+        if (transfer.accumulate && transfer.dstBuffer == BufferKind::Destination)
+          schedule.accumulatesIntoDestination = true;
+        if (transfer.dstBuffer == BufferKind::Source)
+          schedule.writesSource = true;
+      }
+
+      std::vector<int64_t> used(numDevices, 0);
+      auto stage = [&](size_t p, int64_t bytes) {
+        int64_t offset = used[p];
+        used[p] += bytes;
+        return offset;
+      };
+      int64_t broadcastOffset = 0;
+      for (const Transfer &transfer : step.transfers) {
+        if (transfer.phase != phase)
+          continue;
+        const Box &box = transfer.box;
+        if (box.empty())
+          continue;
+        int64_t bytes = box.numElements() * eb;
+        absl::StatusOr<size_t> srcPos = positionFor(transfer.srcDevice);
+        if (!srcPos.ok())
+          return srcPos.status();
+        const Tile &from = tileFor(transfer.srcBuffer, *srcPos);
+        bool zero = step.kind == StepKind::ZeroFill;
+        if (!zero && (!from.present || !within(from.box, box)))
+          return absl::InvalidArgumentError(absl::StrCat(
+              "a transfer of ", describe(box), " from device ",
+              transfer.srcDevice, " reads outside its tile"));
+        CopyKind writeKind = zero                  ? CopyKind::Zero
+                             : transfer.accumulate ? CopyKind::Accumulate
+                                                   : CopyKind::Copy;
+        // The sender packs once, whatever the number of receivers.
+        int64_t packedAt = -1;
+        auto pack = [&]() {
+          if (packedAt >= 0)
+            return packedAt;
+          packedAt = broadcast ? broadcastOffset : stage(*srcPos, bytes);
+          segment.perDevice[*srcPos].before.push_back(
+              makeRow(CopyKind::Copy, inTile(spaceOf(transfer.srcBuffer), from, box),
+                      inStaging(packedAt, box, eb), box, eb,
+                      schedule.outerDims));
+          return packedAt;
+        };
+        for (int64_t dst : transfer.dstDevices) {
+          size_t dstPos = *positionFor(dst);
+          const Tile &to = tileFor(transfer.dstBuffer, dstPos);
+          if (!to.present || !within(to.box, box))
+            return absl::InvalidArgumentError(
+                absl::StrCat("a transfer of ", describe(box), " to device ",
+                             dst, " writes outside its tile"));
+          Placement target = inTile(spaceOf(transfer.dstBuffer), to, box);
+          DeviceSegment &receiver = segment.perDevice[dstPos];
+          if (dst == transfer.srcDevice) {
+            if (zero) {
+              receiver.after.push_back(makeRow(CopyKind::Zero, target, target,
+                                               box, eb, schedule.outerDims));
+            } else if (written.count({dstPos, transfer.srcBuffer})) {
+              int64_t at = stage(dstPos, bytes);
+              receiver.before.push_back(makeRow(
+                  CopyKind::Copy, inTile(spaceOf(transfer.srcBuffer), from, box),
+                  inStaging(at, box, eb), box, eb, schedule.outerDims));
+              receiver.after.push_back(makeRow(writeKind,
+                                               inStaging(at, box, eb), target,
+                                               box, eb, schedule.outerDims));
+            } else {
+              receiver.after.push_back(makeRow(
+                  writeKind, inTile(spaceOf(transfer.srcBuffer), from, box),
+                  target, box, eb, schedule.outerDims));
+            }
+            continue;
+          }
+          remote = true;
+          int64_t sentFrom = pack();
+          int64_t at = broadcast ? sentFrom : stage(dstPos, bytes);
+          if (!broadcast) {
+            segment.perDevice[*srcPos].comm.push_back(
+                {CommKind::Send, dst, sentFrom, bytes});
+            receiver.comm.push_back(
+                {CommKind::Recv, transfer.srcDevice, at, bytes});
+          }
+          receiver.after.push_back(makeRow(writeKind, inStaging(at, box, eb),
+                                           target, box, eb,
+                                           schedule.outerDims));
+        }
+        if (broadcast)
+          broadcastOffset += bytes;
+      }
+      if (broadcast) {
+        segment.method = SegmentMethod::Broadcast;
+        int64_t root = -1;
+        for (const Transfer &transfer : step.transfers)
+          if (transfer.phase == phase)
+            root = transfer.srcDevice;
+        for (int64_t member : segment.members) {
+          size_t p = *positionFor(member);
+          used[p] = broadcastOffset;
+          segment.perDevice[p].comm.push_back(
+              {CommKind::Broadcast, root, 0, broadcastOffset});
+        }
+      } else {
+        segment.method = remote ? SegmentMethod::SendRecv : SegmentMethod::Local;
+      }
+      for (size_t p = 0; p < numDevices; ++p) {
+        segment.perDevice[p].stagingBytes = used[p];
+        schedule.stagingBytes[p] = std::max(schedule.stagingBytes[p], used[p]);
+      }
+      schedule.segments.push_back(std::move(segment));
+    }
+  }
+  return schedule;
+}

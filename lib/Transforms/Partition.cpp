@@ -1,0 +1,449 @@
+//===- Partition.cpp - Global program to per-device programs --------------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// --polymesh-partition rewrites every propagated, planned function into the
+// local programs its devices run. Each device computes on exact tiles (the
+// extents of its box of every value, 0 where it holds nothing), so devices
+// whose tiles have the same extents for every value run the same code: they
+// form a class, and each class gets one function with static local types.
+// What differs between the devices of a class (tile offsets, transfer
+// peers) lives in tables indexed by the device's position, so the code does
+// not grow with the number of devices.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Dialect/Polymesh/PlannerConversion.h"
+#include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Transforms/Passes.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/Matchers.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Interfaces/DestinationStyleOpInterface.h"
+
+#include <map>
+#include <optional>
+
+namespace polymesh {
+#define GEN_PASS_DEF_POLYMESHPARTITION
+#include "polymesh/Transforms/Passes.h.inc"
+} // namespace polymesh
+
+using namespace mlir;
+using namespace polymesh;
+
+namespace {
+
+/// A tensor value of the global function with its layout and, per device
+/// position, its box (empty boxes for devices outside its mesh).
+struct ValueInfo {
+  Value value;
+  std::optional<planner::TensorLayout> layout;
+  std::vector<planner::Box> boxes;
+};
+
+bool isZero(Value value) {
+  if (matchPattern(value, m_AnyZeroFloat()) || matchPattern(value, m_Zero()))
+    return true;
+  if (auto fill = value.getDefiningOp<linalg::FillOp>())
+    return isZero(fill.getInputs().front());
+  return false;
+}
+
+class FunctionPartitioner {
+public:
+  FunctionPartitioner(func::FuncOp function, SymbolTableCollection &symbols)
+      : function(function), symbols(symbols) {}
+
+  /// Builds the class functions next to `function`; the caller erases it.
+  LogicalResult run();
+
+private:
+  ShardingAttr shardingOf(Operation *op, unsigned index);
+  LogicalResult collect();
+  LogicalResult buildClass(unsigned classIndex, int64_t representative,
+                           ArrayRef<int64_t> classDevices);
+  RankedTensorType localType(Value value, int64_t position) const;
+  FlatSymbolRefAttr planFunction(TransferOp transfer);
+  Value tableLookup(OpBuilder &builder, Location loc, Value table,
+                    Value position, int64_t column);
+
+  func::FuncOp function;
+  SymbolTableCollection &symbols;
+  llvm::DenseMap<Value, unsigned> infoOf;
+  std::vector<ValueInfo> infos;
+  /// Sorted ids of every device of every mesh the function names.
+  std::vector<int64_t> devices;
+  llvm::DenseMap<Operation *, FlatSymbolRefAttr> plans;
+};
+
+ShardingAttr FunctionPartitioner::shardingOf(Operation *op, unsigned index) {
+  Attribute attr = op->getAttr(PolymeshDialect::kShardingAttrName);
+  if (auto sharding = dyn_cast_or_null<ShardingAttr>(attr))
+    return index == 0 ? sharding : ShardingAttr();
+  if (auto list = dyn_cast_or_null<ArrayAttr>(attr))
+    return index < list.size() ? dyn_cast<ShardingAttr>(list[index])
+                               : ShardingAttr();
+  return {};
+}
+
+LogicalResult FunctionPartitioner::collect() {
+  auto add = [&](Value value, ShardingAttr sharding,
+                 Operation *where) -> LogicalResult {
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    if (!type)
+      return success();
+    if (!sharding)
+      return where->emitError()
+             << "has a tensor value without a sharding; run "
+                "--polymesh-propagate (and --polymesh-plan) before "
+                "--polymesh-partition";
+    MeshAttr mesh = lookupMesh(symbols, where, sharding.getMeshName());
+    if (!mesh)
+      return where->emitError()
+             << "refers to unknown mesh " << sharding.getMeshName();
+    auto emit = [&]() { return where->emitError(); };
+    FailureOr<planner::TensorLayout> layout =
+        toTensorLayout(emit, sharding, mesh, type);
+    if (failed(layout))
+      return failure();
+    infoOf[value] = infos.size();
+    infos.push_back({value, std::move(*layout), {}});
+    return success();
+  };
+
+  for (auto [index, arg] : llvm::enumerate(function.getArguments()))
+    if (failed(add(arg,
+                   function.getArgAttrOfType<ShardingAttr>(
+                       index, PolymeshDialect::kShardingAttrName),
+                   function)))
+      return failure();
+  Block &body = function.getBody().front();
+  for (Operation &op : body) {
+    if (isa<ReshardOp>(op))
+      return op.emitError() << "is not planned; run --polymesh-plan before "
+                               "--polymesh-partition";
+    if (isa<func::CallOp, ExchangeOp>(op))
+      return op.emitError() << "cannot be partitioned: partitioning is "
+                               "per function and does not follow calls";
+    // Values inside regions (linalg bodies) are scalars; a region that
+    // yields tensors would need its own tiles.
+    WalkResult nested = op.walk([&](Operation *inner) {
+      if (inner == &op)
+        return WalkResult::advance();
+      for (Type type : inner->getResultTypes())
+        if (isa<TensorType>(type)) {
+          inner->emitError() << "cannot be partitioned: tensors inside "
+                                "regions are not supported";
+          return WalkResult::interrupt();
+        }
+      return WalkResult::advance();
+    });
+    if (nested.wasInterrupted())
+      return failure();
+    for (OpResult result : op.getResults()) {
+      ShardingAttr sharding = shardingOf(&op, result.getResultNumber());
+      if (auto constraint = dyn_cast<ShardingConstraintOp>(op))
+        sharding = constraint.getSharding();
+      if (auto transfer = dyn_cast<TransferOp>(op))
+        sharding = transfer.getDestination();
+      if (failed(add(result, sharding, &op)))
+        return failure();
+    }
+  }
+
+  std::vector<int64_t> ids;
+  for (const ValueInfo &info : infos) {
+    const planner::Mesh &mesh = info.layout->mesh();
+    for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p)
+      ids.push_back(mesh.deviceAt(p));
+  }
+  llvm::sort(ids);
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  devices = std::move(ids);
+  if (devices.empty() && !infos.empty())
+    return function.emitError() << "names no device";
+
+  llvm::DenseMap<int64_t, int64_t> positionOf;
+  for (auto [position, id] : llvm::enumerate(devices))
+    positionOf[id] = position;
+  for (ValueInfo &info : infos) {
+    size_t rank = info.layout->shape().size();
+    info.boxes.assign(devices.size(), planner::Box{std::vector<int64_t>(rank, 0),
+                                                   std::vector<int64_t>(rank, 0)});
+    const planner::Mesh &mesh = info.layout->mesh();
+    for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p)
+      info.boxes[positionOf[mesh.deviceAt(p)]] = info.layout->boxAtPosition(p);
+  }
+  return success();
+}
+
+RankedTensorType FunctionPartitioner::localType(Value value,
+                                                int64_t position) const {
+  auto type = cast<RankedTensorType>(value.getType());
+  const planner::Box &box = infos[infoOf.lookup(value)].boxes[position];
+  SmallVector<int64_t> extents;
+  for (size_t d = 0; d < box.lo.size(); ++d)
+    extents.push_back(box.hi[d] - box.lo[d]);
+  return RankedTensorType::get(extents, type.getElementType());
+}
+
+FlatSymbolRefAttr FunctionPartitioner::planFunction(TransferOp transfer) {
+  if (FlatSymbolRefAttr existing = plans.lookup(transfer))
+    return existing;
+  auto module = function->getParentOfType<ModuleOp>();
+  SymbolTable &table = symbols.getSymbolTable(module);
+  OpBuilder builder(function);
+  auto type = transfer.getResult().getType();
+  auto plan = func::FuncOp::create(
+      builder, transfer.getLoc(),
+      (function.getSymName() + "__plan" + Twine(plans.size())).str(),
+      builder.getFunctionType({type}, {type}));
+  plan.setPrivate();
+  plan->setAttr(PolymeshDialect::kPlanAttrName, builder.getUnitAttr());
+  Block *block = plan.addEntryBlock();
+  builder.setInsertionPointToStart(block);
+  IRMapping mapping;
+  mapping.map(transfer.getInput(), block->getArgument(0));
+  Operation *copy = builder.clone(*transfer, mapping);
+  func::ReturnOp::create(builder, transfer.getLoc(), copy->getResults());
+  table.insert(plan);
+  auto symbol = FlatSymbolRefAttr::get(plan.getSymNameAttr());
+  plans[transfer] = symbol;
+  return symbol;
+}
+
+Value FunctionPartitioner::tableLookup(OpBuilder &builder, Location loc,
+                                       Value table, Value position,
+                                       int64_t column) {
+  Value columnIndex = arith::ConstantIndexOp::create(builder, loc, column);
+  return tensor::ExtractOp::create(builder, loc, table,
+                                   ValueRange{position, columnIndex});
+}
+
+LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
+                                              int64_t representative,
+                                              ArrayRef<int64_t> classDevices) {
+  MLIRContext *context = function.getContext();
+  OpBuilder builder(context);
+  builder.setInsertionPoint(function);
+  Location loc = function.getLoc();
+
+  SmallVector<Type> argTypes = {LLVM::LLVMPointerType::get(context),
+                                builder.getI64Type(), builder.getIndexType()};
+  for (BlockArgument arg : function.getArguments())
+    argTypes.push_back(isa<RankedTensorType>(arg.getType())
+                           ? localType(arg, representative)
+                           : arg.getType());
+  Operation *terminator = function.getBody().front().getTerminator();
+  SmallVector<Type> resultTypes;
+  for (Value operand : terminator->getOperands())
+    resultTypes.push_back(isa<RankedTensorType>(operand.getType())
+                              ? localType(operand, representative)
+                              : operand.getType());
+
+  auto local = func::FuncOp::create(
+      builder, loc,
+      (function.getSymName() + "__part" + Twine(classIndex)).str(),
+      builder.getFunctionType(argTypes, resultTypes));
+  local.setVisibility(function.getVisibility());
+  local->setAttr(PolymeshDialect::kPartitionOfAttrName,
+                 function.getSymNameAttr());
+  local->setAttr(PolymeshDialect::kDevicesAttrName,
+                 builder.getDenseI64ArrayAttr(classDevices));
+  for (unsigned i = 0, e = function.getNumResults(); i < e; ++i)
+    if (auto leaf = function.getResultAttr(i, PolymeshDialect::kLeafAttrName))
+      local.setResultAttr(i, PolymeshDialect::kLeafAttrName, leaf);
+  Block *block = local.addEntryBlock();
+  builder.setInsertionPointToStart(block);
+  Value runtime = block->getArgument(0);
+  Value device = block->getArgument(1);
+  Value position = block->getArgument(2);
+
+  IRMapping mapping;
+  for (auto [index, arg] : llvm::enumerate(function.getArguments()))
+    mapping.map(arg, block->getArgument(index + 3));
+
+  for (Operation &op : function.getBody().front()) {
+    Location opLoc = op.getLoc();
+    if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+      SmallVector<Value> operands;
+      for (Value operand : ret.getOperands())
+        operands.push_back(mapping.lookup(operand));
+      func::ReturnOp::create(builder, opLoc, operands);
+      continue;
+    }
+    if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
+      Value input = mapping.lookup(constraint.getInput());
+      if (input.getType() != localType(constraint.getResult(), representative))
+        return constraint.emitError()
+               << "cannot be partitioned: its operand's tiles differ from its "
+                  "own (run --polymesh-propagate, which inserts the reshard)";
+      mapping.map(constraint.getResult(), input);
+      continue;
+    }
+    if (auto transfer = dyn_cast<TransferOp>(op)) {
+      FlatSymbolRefAttr plan = planFunction(transfer);
+      auto exchange = ExchangeOp::create(
+          builder, opLoc, localType(transfer.getResult(), representative),
+          mapping.lookup(transfer.getInput()), plan, runtime, device, position);
+      mapping.map(transfer.getResult(), exchange.getResult());
+      continue;
+    }
+    if (auto constant = dyn_cast<arith::ConstantOp>(op);
+        constant && isa<RankedTensorType>(constant.getType())) {
+      auto global = cast<RankedTensorType>(constant.getType());
+      RankedTensorType type = localType(constant.getResult(), representative);
+      auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
+      Value replacement;
+      if (type == global) {
+        replacement = builder.clone(op)->getResult(0);
+      } else if (dense && dense.isSplat()) {
+        replacement = arith::ConstantOp::create(builder, opLoc, type,
+                                                dense.resizeSplat(type));
+      } else {
+        // Each device slices its tile out of the global constant; the
+        // offsets come from a table indexed by the device's position.
+        const ValueInfo &info = infos[infoOf.lookup(constant.getResult())];
+        int64_t rank = global.getRank();
+        SmallVector<int64_t> offsets;
+        for (const planner::Box &box : info.boxes)
+          offsets.append(box.lo.begin(), box.lo.end());
+        auto tableType = RankedTensorType::get(
+            {static_cast<int64_t>(devices.size()), rank},
+            builder.getIndexType());
+        SmallVector<APInt> values;
+        for (int64_t offset : offsets)
+          values.push_back(APInt(64, offset));
+        Value table = arith::ConstantOp::create(
+            builder, opLoc, tableType,
+            DenseElementsAttr::get(tableType, values));
+        Value full = builder.clone(op)->getResult(0);
+        SmallVector<OpFoldResult> dynamicOffsets, sizes, strides;
+        for (int64_t d = 0; d < rank; ++d) {
+          dynamicOffsets.push_back(
+              tableLookup(builder, opLoc, table, position, d));
+          sizes.push_back(builder.getIndexAttr(type.getDimSize(d)));
+          strides.push_back(builder.getIndexAttr(1));
+        }
+        replacement = tensor::ExtractSliceOp::create(
+            builder, opLoc, type, full, dynamicOffsets, sizes, strides);
+      }
+      mapping.map(constant.getResult(), replacement);
+      continue;
+    }
+    // A partial sum must start from zero everywhere but once per reduction
+    // group; an init that is not zero would be counted once per member.
+    if (auto dps = dyn_cast<DestinationStyleOpInterface>(op)) {
+      for (OpResult result : op.getResults()) {
+        ShardingAttr sharding = shardingOf(&op, result.getResultNumber());
+        if (!sharding || sharding.getUnreduced().empty())
+          continue;
+        Value init = dps.getDpsInits()[result.getResultNumber()];
+        if (!isZero(init))
+          return op.emitError()
+                 << "cannot be partitioned: its result is a partial sum "
+                    "(unreduced) but its init is not zero; make the init a "
+                    "zero fill and add the init after the reduction";
+      }
+    }
+
+    Operation *copy = builder.clone(op, mapping);
+    copy->removeAttr(PolymeshDialect::kShardingAttrName);
+    for (OpResult result : copy->getResults()) {
+      Value original = op.getResult(result.getResultNumber());
+      if (isa<RankedTensorType>(original.getType()))
+        result.setType(localType(original, representative));
+    }
+    if (auto expand = dyn_cast<tensor::ExpandShapeOp>(copy))
+      expand.setStaticOutputShape(
+          builder.getDenseI64ArrayAttr(expand.getResultType().getShape()));
+    if (auto reshape = dyn_cast<tosa::ReshapeOp>(copy)) {
+      // The target shape is an operand: give the local one.
+      ArrayRef<int64_t> shape =
+          cast<RankedTensorType>(reshape.getType()).getShape();
+      OpBuilder shapeBuilder(reshape);
+      Value localShape = tosa::ConstShapeOp::create(
+          shapeBuilder, reshape.getLoc(),
+          tosa::shapeType::get(context, shape.size()),
+          shapeBuilder.getIndexTensorAttr(shape));
+      reshape->setOperand(1, localShape);
+    }
+  }
+
+  // Ops whose local form is not valid (an attribute that spells out a
+  // global extent, say) are caught here, with the original op named.
+  if (failed(mlir::verify(local, /*verifyRecursively=*/true))) {
+    local.erase();
+    return function.emitError()
+           << "cannot be partitioned: the local program of device "
+           << devices[representative]
+           << " does not verify (an op whose attributes spell out global "
+              "extents?)";
+  }
+  return success();
+}
+
+LogicalResult FunctionPartitioner::run() {
+  if (failed(collect()))
+    return failure();
+  // Devices with the same tile extents for every value share a program.
+  std::map<std::vector<int64_t>, unsigned> classOf;
+  std::vector<std::vector<int64_t>> classDevices;
+  std::vector<int64_t> representatives;
+  for (size_t position = 0; position < devices.size(); ++position) {
+    std::vector<int64_t> key;
+    for (const ValueInfo &info : infos) {
+      const planner::Box &box = info.boxes[position];
+      for (size_t d = 0; d < box.lo.size(); ++d)
+        key.push_back(box.hi[d] - box.lo[d]);
+    }
+    auto [it, inserted] = classOf.try_emplace(key, classDevices.size());
+    if (inserted) {
+      classDevices.emplace_back();
+      representatives.push_back(position);
+    }
+    classDevices[it->second].push_back(devices[position]);
+  }
+  for (size_t k = 0; k < classDevices.size(); ++k)
+    if (failed(buildClass(k, representatives[k], classDevices[k])))
+      return failure();
+  return success();
+}
+
+struct PolymeshPartitionPass
+    : public polymesh::impl::PolymeshPartitionBase<PolymeshPartitionPass> {
+  using Base::Base;
+
+  void runOnOperation() final {
+    ModuleOp module = getOperation();
+    SymbolTableCollection symbols;
+    SmallVector<func::FuncOp> functions;
+    for (auto function : module.getOps<func::FuncOp>())
+      if (!function.isExternal() &&
+          !function->hasAttr(PolymeshDialect::kPlanAttrName) &&
+          !function->hasAttr(PolymeshDialect::kPartitionOfAttrName))
+        functions.push_back(function);
+    for (func::FuncOp function : functions) {
+      FunctionPartitioner partitioner(function, symbols);
+      if (failed(partitioner.run()))
+        return signalPassFailure();
+    }
+    for (func::FuncOp function : functions) {
+      symbols.getSymbolTable(module).erase(function);
+    }
+  }
+};
+
+} // namespace
