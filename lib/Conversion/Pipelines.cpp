@@ -24,6 +24,22 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Per-device staging limit of the planner (0: none)"),
       llvm::cl::init(0)};
 };
+/// Reports an unsupported target on the module and fails: a pipeline builder
+/// that returns failure is not turned into a failing exit by every driver.
+struct UnsupportedTargetPass
+    : public PassWrapper<UnsupportedTargetPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(UnsupportedTargetPass)
+  explicit UnsupportedTargetPass(std::string target)
+      : target(std::move(target)) {}
+  StringRef getArgument() const final { return "polymesh-unsupported-target"; }
+  void runOnOperation() final {
+    getOperation().emitError()
+        << "polymesh-pipeline: target '" << target
+        << "' is not supported; use target=cpu";
+    signalPassFailure();
+  }
+  std::string target;
+};
 } // namespace
 
 void polymesh::registerPolymeshPipelines() {
@@ -32,9 +48,8 @@ void polymesh::registerPolymeshPipelines() {
       "Propagate, plan, partition and lower to a target (target=cpu)",
       [](OpPassManager &pm, const PipelineOptions &options) -> LogicalResult {
         if (options.target != "cpu") {
-          llvm::errs() << "polymesh-pipeline: target '" << options.target
-                       << "' is not supported; use target=cpu\n";
-          return failure();
+          pm.addPass(std::make_unique<UnsupportedTargetPass>(options.target));
+          return success();
         }
         pm.addPass(createPolymeshPropagate());
         PolymeshPlanOptions plan;

@@ -308,7 +308,9 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
       auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
       Value replacement;
       if (type == global) {
-        replacement = builder.clone(op)->getResult(0);
+        Operation *copy = builder.clone(op);
+        copy->removeAttr(PolymeshDialect::kShardingAttrName);
+        replacement = copy->getResult(0);
       } else if (dense && dense.isSplat()) {
         replacement = arith::ConstantOp::create(builder, opLoc, type,
                                                 dense.resizeSplat(type));
@@ -329,7 +331,9 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
         Value table = arith::ConstantOp::create(
             builder, opLoc, tableType,
             DenseElementsAttr::get(tableType, values));
-        Value full = builder.clone(op)->getResult(0);
+        Operation *copy = builder.clone(op);
+        copy->removeAttr(PolymeshDialect::kShardingAttrName);
+        Value full = copy->getResult(0);
         SmallVector<OpFoldResult> dynamicOffsets, sizes, strides;
         for (int64_t d = 0; d < rank; ++d) {
           dynamicOffsets.push_back(

@@ -1,0 +1,69 @@
+// RUN: polymesh-opt %s --polymesh-pipeline=target=cpu -split-input-file | FileCheck %s --enable-var-scope
+// RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition -split-input-file \
+// RUN:   | polymesh-opt --polymesh-lower-to-cpu -split-input-file | FileCheck %s --enable-var-scope
+
+// --polymesh-lower-to-cpu: a plan's rows become tables (llvm globals after
+// lowering), shared by every device class; each step phase becomes loops over
+// the calling device's rows, memcpy runs, and calls into the runtime.
+
+// A broadcast step (the Orbax restore pattern): one polymesh_rt_broadcast per
+// step, members from a table.
+polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
+polymesh.mesh @train = <["dp"=4, "tp"=2]>
+
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members1(dense<[0, 2, 4, 6]> : tensor<4xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members2(dense<[1, 3, 5, 7]> : tensor<4xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranges(
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_copies(
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<1024> : tensor<8xi64>)
+// CHECK-DAG: llvm.func @polymesh_rt_broadcast(!llvm.ptr, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64) -> i32
+// CHECK-LABEL: llvm.func @restore__part0(
+// CHECK-SAME: %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64,
+// CHECK: llvm.call @malloc
+// CHECK: llvm.mlir.addressof @__polymesh_restore__plan0_members1
+// CHECK: llvm.call @polymesh_rt_broadcast
+// CHECK: llvm.mlir.addressof @__polymesh_restore__plan0_members2
+// CHECK: llvm.call @polymesh_rt_broadcast
+// CHECK: llvm.call @free
+// CHECK-NOT: polymesh.
+func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@replica0, [{}, {"tp"}]>})
+    -> (tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@train, [{}, {"tp"}]>}) {
+  return %a : tensor<16x32xf32>
+}
+
+// -----
+
+// A permutation between disjoint meshes: send/recv rows inside one group.
+polymesh.mesh @a = <["x"=2], device_ids=[0, 1]>
+polymesh.mesh @b = <["x"=2], device_ids=[3, 2]>
+
+// CHECK-LABEL: llvm.func @permute__part0(
+// CHECK: llvm.call @polymesh_rt_group_start
+// CHECK: llvm.call @polymesh_rt_send
+// CHECK: llvm.call @polymesh_rt_recv
+// CHECK: llvm.call @polymesh_rt_group_end
+// CHECK-NOT: llvm.call @polymesh_rt_broadcast
+func.func @permute(%x: tensor<8x4xi32> {polymesh.sharding = #polymesh.sharding<@a, [{"x"}, {}]>})
+    -> (tensor<8x4xi32> {polymesh.sharding = #polymesh.sharding<@b, [{"x"}, {}]>}) {
+  return %x : tensor<8x4xi32>
+}
+
+// -----
+
+// Partial sums: an all-reduce adds element by element (fadd in the loop);
+// the source tile is copied first because the plan sums into it.
+polymesh.mesh @m = <["y"=2]>
+
+// CHECK-LABEL: llvm.func @sum__part0(
+// CHECK: "llvm.intr.memcpy"
+// CHECK: llvm.fadd
+// CHECK: llvm.call @polymesh_rt_send
+func.func @sum(%a: tensor<4x6xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"y"}]>},
+               %b: tensor<6x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"y"}, {}]>})
+    -> (tensor<4x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>}) {
+  %e = tensor.empty() : tensor<4x4xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<4x4xf32>) -> tensor<4x4xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<4x6xf32>, tensor<6x4xf32>) outs(%f : tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %r : tensor<4x4xf32>
+}

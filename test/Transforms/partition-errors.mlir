@@ -1,0 +1,49 @@
+// RUN: polymesh-opt %s --polymesh-partition -split-input-file -verify-diagnostics
+
+// Errors of --polymesh-partition: it needs a propagated, planned program,
+// and refuses what it cannot express per device rather than miscompile it.
+
+polymesh.mesh @m = <["x"=2]>
+
+// Not propagated: the constant has no sharding.
+func.func @unpropagated(%a: tensor<4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) -> tensor<4xf32> {
+  // expected-error @+1 {{has a tensor value without a sharding; run --polymesh-propagate (and --polymesh-plan) before --polymesh-partition}}
+  %c = arith.constant dense<1.0> : tensor<4xf32>
+  return %c : tensor<4xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["x"=2]>
+
+func.func @unplanned(%a: tensor<4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) -> tensor<4xf32> {
+  // expected-error @+1 {{is not planned; run --polymesh-plan before --polymesh-partition}}
+  %0 = polymesh.reshard %a <@m, [{}]> : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["x"=2]>
+
+func.func private @callee(tensor<4xf32>) -> tensor<4xf32>
+
+func.func @calls(%a: tensor<4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) -> tensor<4xf32> {
+  // expected-error @+1 {{cannot be partitioned: partitioning is per function and does not follow calls}}
+  %0 = func.call @callee(%a) {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>} : (tensor<4xf32>) -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// A partial sum whose init is not zero would count the init once per
+// member of the reduction group.
+polymesh.mesh @m = <["y"=2]>
+
+func.func @init_not_zero(%a: tensor<4x6xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"y"}]>},
+                         %b: tensor<6x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"y"}, {}]>},
+                         %c: tensor<4x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>}) -> tensor<4x4xf32> {
+  // expected-error @+1 {{cannot be partitioned: its result is a partial sum (unreduced) but its init is not zero}}
+  %r = linalg.matmul {polymesh.sharding = #polymesh.sharding<@m, [{}, {}], unreduced={"y"}>} ins(%a, %b : tensor<4x6xf32>, tensor<6x4xf32>) outs(%c : tensor<4x4xf32>) -> tensor<4x4xf32>
+  return %r : tensor<4x4xf32>
+}
