@@ -477,9 +477,10 @@ def _compare(e: FunctionEmitter, op: ir.Operation):
 def _select(e: FunctionEmitter, op: ir.Operation):
     pred = TensorType(str(op.operands[0].type))
     t = TensorType(str(op.results[0].type))
-    if pred.shape != t.shape:
-        raise UnmappedOpError(op.name, describe_location(op.location), "a scalar predicate")
-    c, a, b = (e.value(v) for v in op.operands)
+    # A scalar predicate picks a whole operand: broadcast it.
+    c = _as_shape(e, op.operands[0], TensorType(tensor_type(t.shape, pred.elem)))
+    pred = TensorType(tensor_type(t.shape, pred.elem))
+    a, b = (e.value(v) for v in op.operands[1:])
     name = e.fresh()
     e.emit(f"{name} = arith.select {c}, {a}, {b} : {pred}, {t}")
     return [name]
@@ -854,3 +855,78 @@ def _call(e: FunctionEmitter, op: ir.Operation):
 def _barrier(e: FunctionEmitter, op: ir.Operation):
     # Only scheduling: every operand is returned unchanged.
     return [e.value(v) for v in op.operands]
+
+
+@handles("chlo.square")
+def _square(e: FunctionEmitter, op: ir.Operation):
+    t = TensorType(str(op.results[0].type))
+    x = e.value(op.operands[0])
+    name = e.fresh()
+    e.emit(f"{name} = {'arith.mulf' if t.is_float else 'arith.muli'} {x}, {x} : {t}")
+    return [name]
+
+
+@handles("stablehlo.slice")
+def _slice(e: FunctionEmitter, op: ir.Operation):
+    # No sharding rule upstream: propagation computes it replicated (with a
+    # warning). A slice that takes every element is left out.
+    src = TensorType(str(op.operands[0].type))
+    dst = TensorType(str(op.results[0].type))
+    starts = _i64s(op.attributes["start_indices"])
+    strides = _i64s(op.attributes["strides"])
+    x = e.value(op.operands[0])
+    if src.shape == dst.shape:
+        return [x]
+    name = e.fresh()
+    join = lambda values: ", ".join(str(v) for v in values)  # noqa: E731
+    e.emit(f"{name} = tensor.extract_slice {x}[{join(starts)}] [{join(dst.shape)}] [{join(strides)}] : {src} to {dst}")
+    return [name]
+
+
+@handles("stablehlo.concatenate")
+def _concatenate(e: FunctionEmitter, op: ir.Operation):
+    dim = int(ir.IntegerAttr(op.attributes["dimension"]).value)
+    dst = TensorType(str(op.results[0].type))
+    names = [e.value(v) for v in op.operands]
+    types = ", ".join(str(v.type) for v in op.operands)
+    if len(names) == 1:
+        return names
+    name = e.fresh()
+    e.emit(f"{name} = tensor.concat dim({dim}) {', '.join(names)} : ({types}) -> {dst}")
+    return [name]
+
+
+_INFINITY = {"f32": "0x7F800000", "f64": "0x7FF0000000000000", "f16": "0x7C00", "bf16": "0x7F80"}
+
+
+@handles("stablehlo.is_finite")
+def _is_finite(e: FunctionEmitter, op: ir.Operation):
+    # |x| < inf, ordered: false for infinities and NaN.
+    t = TensorType(str(op.operands[0].type))
+    x = e.value(op.operands[0])
+    magnitude = e.fresh()
+    e.emit(f"{magnitude} = math.absf {x} : {t}")
+    infinity = e.splat_constant(_INFINITY[t.elem], str(t))
+    name = e.fresh()
+    e.emit(f"{name} = arith.cmpf olt, {magnitude}, {infinity} : {t}")
+    return [name]
+
+
+@handles("stablehlo.sign")
+def _sign(e: FunctionEmitter, op: ir.Operation):
+    # 1 above zero, -1 below, x itself otherwise (keeps -0, 0 and NaN).
+    t = TensorType(str(op.results[0].type))
+    if not (t.is_float or (t.is_int and t.elem != "i1")):
+        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+    x = e.value(op.operands[0])
+    i1 = tensor_type(t.shape, "i1")
+    zero = e.splat_constant("0.0" if t.is_float else "0", str(t))
+    above, below, inner, name = e.fresh(), e.fresh(), e.fresh(), e.fresh()
+    cmp, gt, lt = ("arith.cmpf", "ogt", "olt") if t.is_float else ("arith.cmpi", "sgt", "slt")
+    e.emit(f"{above} = {cmp} {gt}, {x}, {zero} : {t}")
+    e.emit(f"{below} = {cmp} {lt}, {x}, {zero} : {t}")
+    one = e.splat_constant("1.0" if t.is_float else "1", str(t))
+    minus_one = e.splat_constant("-1.0" if t.is_float else "-1", str(t))
+    e.emit(f"{inner} = arith.select {below}, {minus_one}, {x} : {i1}, {t}")
+    e.emit(f"{name} = arith.select {above}, {one}, {inner} : {i1}, {t}")
+    return [name]
