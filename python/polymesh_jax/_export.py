@@ -462,12 +462,16 @@ def export_program(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[dict
 
 
 def _type_of(shape, dtype, what: str) -> str:
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:
+        name = str(dtype)
     elem = {
         "float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
         "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "bool": "i1",
-    }.get(np.dtype(dtype).name)
+    }.get(name)
     if elem is None:
-        raise ExportError(f"{what}: element type {np.dtype(dtype).name} is not supported")
+        raise ExportError(f"{what}: element type {name} is not supported")
     return "tensor<" + "".join(f"{int(d)}x" for d in shape) + elem + ">"
 
 
