@@ -17,11 +17,11 @@ from ._attrs import AxisRef, DimSharding, MeshDef, Sharding
 from ._emit import ExportError, UnmappedOpError
 from ._export import Leaf, Program, ambient_mesh, export, export_program, format_path
 from ._meshes import ShardingError
-from ._resolve import Resolution, resolve, resolve_out_shardings
+from ._resolve import PolymeshWarning, Resolution, resolve, resolve_out_shardings
 from ._tools import ToolError, bin_dir, leaf_table, propagate, run_tool, tool_path
 
 __all__ = [
-    "AxisRef", "DimSharding", "ExportError", "Leaf", "MeshDef", "Program", "Resolution",
+    "AxisRef", "DimSharding", "PolymeshWarning", "ExportError", "Leaf", "MeshDef", "Program", "Resolution",
     "Sharding", "ShardingError", "ToolError", "UnmappedOpError", "ambient_mesh", "bin_dir",
     "export", "export_program", "format_path", "leaf_table", "propagate", "resolve",
     "resolve_out_shardings", "run_tool", "tool_path",

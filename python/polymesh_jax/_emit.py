@@ -167,8 +167,13 @@ class FunctionEmitter:
     """Writes the body of one Polymesh function from a StableHLO function."""
 
     def __init__(self, module: ir.Module, mesh_of_symbol: Callable[[str], str],
-                 drop_axes: Callable[[str], bool] = lambda name: False):
+                 drop_axes: Callable[[str], bool] = lambda name: False, unmapped: str = "error"):
         self.module = module
+        # "error": an op that is not mapped raises UnmappedOpError;
+        # "opaque": it is written in generic form, without its attributes and
+        # regions, as an op of an unregistered dialect (see emit_opaque).
+        self.unmapped = unmapped
+        self.opaque: list[UnmappedOpError] = []
         self.mesh_of_symbol = mesh_of_symbol
         self.drop_axes = drop_axes
         self.functions = {}
@@ -199,10 +204,34 @@ class FunctionEmitter:
         """Continues the last statement (an op's region)."""
         self.statements[-1].append("  " + text)
 
+    def emit_opaque(self, op: ir.Operation, error: UnmappedOpError) -> list[str]:
+        """The op as `"dialect.name"(operands) : (types) -> types`, with no
+        attributes (but a constant's value) and no regions: enough for
+        propagation, which computes an op it has no rule for replicated on
+        a mesh of its operands (with a warning); not enough to run it."""
+        self.opaque.append(error)
+        operands = [self.value(v) for v in op.operands]
+        in_types = ", ".join(str(v.type) for v in op.operands)
+        out_types = [str(r.type) for r in op.results]
+        attrs = ""
+        if "value" in op.attributes and str(op.attributes["value"]).startswith("dense<"):
+            attrs = f" {{value = {op.attributes['value']}}}"
+        signature = f"({in_types}) -> " + (out_types[0] if len(out_types) == 1 else "(" + ", ".join(out_types) + ")")
+        call = f'"{op.name}"({", ".join(operands)}){attrs} : {signature}'
+        if not op.results:
+            self.emit(call)
+            return []
+        name = self.fresh()
+        if len(op.results) == 1:
+            self.emit(f"{name} = {call}")
+            return [name]
+        self.emit(f"{name}:{len(op.results)} = {call}")
+        return [f"{name}#{i}" for i in range(len(op.results))]
+
     def body_lines(self, returned: Sequence[str]) -> list[str]:
         """The statements, less those whose result nothing uses (every
         emitted op is pure, so they are dead)."""
-        defines = [re.match(r"\s*(%\d+) =", st[0]) for st in self.statements]
+        defines = [re.match(r"\s*(%\d+)(?::\d+)? =", st[0]) for st in self.statements]
         uses = [set(re.findall(r"%\d+\b", "\n".join(st))) for st in self.statements]
         for index, match in enumerate(defines):
             if match:
@@ -211,7 +240,7 @@ class FunctionEmitter:
         changed = True
         while changed:
             changed = False
-            needed = set(returned)
+            needed = {r.split("#")[0] for r in returned}
             for index, used in enumerate(uses):
                 if live[index]:
                     needed |= used
@@ -304,17 +333,20 @@ class FunctionEmitter:
     def emit_op(self, op: ir.Operation) -> None:
         name = op.name
         where = describe_location(op.location)
-        for result in op.results:
-            if not str(result.type).startswith("tensor<"):
-                raise UnmappedOpError(name, where, f"result of type {result.type}")
-            TensorType(str(result.type))  # static shape check
-        handler = _HANDLERS.get(name)
-        if handler is None:
-            raise UnmappedOpError(name, where)
         try:
+            for result in op.results:
+                if not str(result.type).startswith("tensor<"):
+                    raise UnmappedOpError(name, where, f"result of type {result.type}")
+                TensorType(str(result.type))  # static shape check
+            handler = _HANDLERS.get(name)
+            if handler is None:
+                raise UnmappedOpError(name, where)
             outputs = handler(self, op)
-        except UnmappedOpError:
-            raise
+        except UnmappedOpError as error:
+            if self.unmapped != "opaque":
+                raise
+            # What the handler emitted before giving up is dead code now.
+            outputs = self.emit_opaque(op, error)
         except ExportError as error:
             raise ExportError(f"{error} (in '{name}' at {where})") from None
         if outputs is None:

@@ -47,6 +47,9 @@ class Program:
     # "jax": lowered by JAX as is; "detached": JAX refused the program's
     # device sets, so it was lowered without them (see docs/jax.md).
     lowering: str
+    # Ops written as opaque ops (export_program(unmapped="opaque")): the IR
+    # then needs polymesh-opt --allow-unregistered-dialect, and cannot run.
+    opaque_ops: list = dataclasses.field(default_factory=list)
 
 
 # --------------------------------------------------------------------------
@@ -366,7 +369,7 @@ def _abstract(x: Any) -> Any:
 
 def export_program(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[dict] = None, *,
                    mesh_names: Optional[dict] = None, function_name: Optional[str] = None,
-                   lowering: str = "auto") -> Program:
+                   lowering: str = "auto", unmapped: str = "error") -> Program:
     """Exports `fn(*args, **kwargs)`; see `export`. Options:
 
     mesh_names: {jax Mesh or Device: "name"} for the `polymesh.mesh` symbols
@@ -374,7 +377,12 @@ def export_program(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[dict
     function_name: the `func.func` name (default: the function's name).
     lowering: "auto" (JAX's own lowering, else the detached one when JAX
       refuses the program's device sets), "jax" or "detached".
+    unmapped: "error" (an op that is not mapped raises UnmappedOpError) or
+      "opaque" (it is written as an opaque op: enough to resolve shardings,
+      not to run; see Program.opaque_ops).
     """
+    if unmapped not in ("error", "opaque"):
+        raise ValueError(f"unmapped must be 'error' or 'opaque', got {unmapped!r}")
     kwargs = dict(kwargs or {})
     if lowering not in ("auto", "jax", "detached"):
         raise ValueError(f"lowering must be 'auto', 'jax' or 'detached', got {lowering!r}")
@@ -457,11 +465,11 @@ def export_program(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[dict
             lowered = detached()
 
     name = function_name or _function_name(fn)
-    text = _write(lowered, table, name, arguments, results, ambient_name)
-    return Program(text, name, table, arguments, results, traced.out_tree, ambient_name, lowered.mode)
+    text, opaque = _write(lowered, table, name, arguments, results, ambient_name, unmapped)
+    return Program(text, name, table, arguments, results, traced.out_tree, ambient_name, lowered.mode, opaque)
 
 
-def _type_of(shape, dtype, what: str) -> str:
+def _type_of(shape, dtype, what: str) -> Optional[str]:
     try:
         name = np.dtype(dtype).name
     except TypeError:
@@ -471,12 +479,27 @@ def _type_of(shape, dtype, what: str) -> str:
         "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "bool": "i1",
     }.get(name)
     if elem is None:
-        raise ExportError(f"{what}: element type {name} is not supported")
+        return None  # taken from the lowered module (PRNG keys, unsigned integers)
     return "tensor<" + "".join(f"{int(d)}x" for d in shape) + elem + ">"
 
 
+def _padded(leaf: Leaf, type_text: str) -> None:
+    """The leaf's type as lowered; a sharding written for fewer dimensions
+    (a PRNG key array lowers with a trailing key dimension) gets whole
+    trailing dimensions."""
+    leaf.type = type_text
+    if leaf.sharding is None or not type_text.startswith("tensor<"):
+        return
+    rank = TensorType(type_text).rank
+    if len(leaf.sharding.dims) < rank:
+        from ._attrs import DimSharding
+
+        extra = tuple(DimSharding() for _ in range(rank - len(leaf.sharding.dims)))
+        leaf.sharding = dataclasses.replace(leaf.sharding, dims=leaf.sharding.dims + extra)
+
+
 def _write(lowered: _Lowered, table: MeshTable, name: str, arguments: list[Leaf],
-           results: list[Leaf], ambient_name: Optional[str]) -> str:
+           results: list[Leaf], ambient_name: Optional[str], unmapped: str = "error") -> tuple[str, list]:
     module = lowered.module
     main = None
     for op in module.body.operations:
@@ -491,10 +514,23 @@ def _write(lowered: _Lowered, table: MeshTable, name: str, arguments: list[Leaf]
             f"the lowered @main has {len(block.arguments)} arguments for {len(arguments)} inputs "
             "(unused inputs were dropped; wrap the function with keep_unused=True)")
     for index, arg in zip(kept, block.arguments):
-        if str(arg.type) != arguments[index].type:
-            raise ExportError(f"argument {arguments[index].path}: lowered as {arg.type}, expected {arguments[index].type}")
+        expected = arguments[index].type
+        if expected is not None and str(arg.type) != expected:
+            raise ExportError(f"argument {arguments[index].path}: lowered as {arg.type}, expected {expected}")
+        _padded(arguments[index], str(arg.type))
+    for leaf in arguments:
+        if leaf.type is None:
+            raise ExportError(f"argument {leaf.path}: its element type is not supported")
+    result_types = ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results
+    if len(result_types) != len(results):
+        raise ExportError(f"the lowered @main returns {len(result_types)} values for {len(results)} leaves")
+    for leaf, type_ in zip(results, result_types):
+        if leaf.type is not None and str(type_) != leaf.type:
+            raise ExportError(f"result {leaf.path}: lowered as {type_}, expected {leaf.type}")
+        _padded(leaf, str(type_))
 
-    emitter = FunctionEmitter(module, lambda symbol: lowered.mesh_of_symbol[symbol], lowered.drop_axis)
+    emitter = FunctionEmitter(module, lambda symbol: lowered.mesh_of_symbol[symbol], lowered.drop_axis,
+                              unmapped)
     returned = emitter.emit_main(main, [f"%arg{i}" for i in kept])
     if len(returned) != len(results):
         raise ExportError(f"the lowered @main returns {len(returned)} values for {len(results)} leaves")
@@ -506,6 +542,9 @@ def _write(lowered: _Lowered, table: MeshTable, name: str, arguments: list[Leaf]
         return "{" + ", ".join(entries) + "}"
 
     lines = [f"// Exported by polymesh_jax from JAX {jax.__version__} ({lowered.mode} lowering)."]
+    if emitter.opaque:
+        kinds = sorted({error.op_name for error in emitter.opaque})
+        lines.append(f"// Opaque ops (not mapped; polymesh-opt needs --allow-unregistered-dialect): {', '.join(kinds)}.")
     lines.append(table.text().rstrip("\n"))
     args_text = ",\n    ".join(f"%arg{i}: {leaf.type} {attrs(leaf)}" for i, leaf in enumerate(arguments))
     results_text = ",\n    ".join(f"{leaf.type} {attrs(leaf)}" for leaf in results)
@@ -520,7 +559,7 @@ def _write(lowered: _Lowered, table: MeshTable, name: str, arguments: list[Leaf]
     else:
         lines.append("  return")
     lines.append("}")
-    return "\n".join(line for line in lines if line) + "\n"
+    return "\n".join(line for line in lines if line) + "\n", list(emitter.opaque)
 
 
 def export(fn: Callable, *args: Any, **kwargs: Any) -> str:

@@ -4,6 +4,8 @@ shardings to pass to `jax.jit(..., out_shardings=...)`."""
 from __future__ import annotations
 
 import dataclasses
+import re
+import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import jax
@@ -11,7 +13,12 @@ import jax
 from ._attrs import Sharding, parse_functions, parse_meshes
 from ._emit import ExportError
 from ._export import Program, export_program
-from ._tools import propagate
+from ._tools import run_tool
+
+
+class PolymeshWarning(UserWarning):
+    """polymesh-opt warned while resolving (e.g. an op without a sharding
+    rule, computed replicated)."""
 
 
 @dataclasses.dataclass
@@ -22,12 +29,39 @@ class Resolution:
     out_shardings: Any  # the pytree of JAX shardings
 
 
+def _warn(stderr: str) -> None:
+    """polymesh-opt's warnings as one PolymeshWarning; ops without a rule
+    are counted by kind."""
+    ruleless: dict[str, int] = {}
+    others = []
+    seen = set()
+    for line in stderr.splitlines():
+        if ": warning: " not in line or line in seen:
+            continue
+        seen.add(line)
+        match = re.search(r"no sharding rule for '([^']+)'", line)
+        if match:
+            ruleless[match.group(1)] = ruleless.get(match.group(1), 0) + 1
+        else:
+            others.append(line.split(": warning: ", 1)[1])
+    if ruleless:
+        kinds = ", ".join(f"{name} ({count})" for name, count in sorted(ruleless.items()))
+        others.insert(0, f"ops without a sharding rule, computed replicated: {kinds}")
+    if others:
+        warnings.warn("polymesh-opt --polymesh-propagate: " + "; ".join(others), PolymeshWarning, stacklevel=4)
+
+
 def resolve(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[dict] = None, **options: Any) -> Resolution:
     """Exports `fn`, runs `polymesh-opt --polymesh-propagate` and maps every
     result leaf's sharding back onto the user's own Mesh objects. Options
     are `export_program`'s."""
     program = export_program(fn, args, kwargs, **options)
-    propagated = propagate(program.text)
+    options = ["--polymesh-propagate", "--mlir-print-local-scope"]
+    if program.opaque_ops:
+        options.append("--allow-unregistered-dialect")
+    process = run_tool("polymesh-opt", program.text, options)
+    propagated = process.stdout
+    _warn(process.stderr)
     functions = parse_functions(propagated)
     signature = functions.get(program.function_name)
     if signature is None:

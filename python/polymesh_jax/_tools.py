@@ -60,14 +60,19 @@ def run_tool(name: str, ir_text: str, options: Sequence[str], timeout: float = 3
     return process
 
 
-def propagate(ir_text: str, extra: Optional[Sequence[str]] = None) -> str:
+def propagate(ir_text: str, extra: Optional[Sequence[str]] = None, allow_unregistered: bool = False) -> str:
     """`polymesh-opt --polymesh-propagate` on `ir_text`: the propagated
-    module, printed without attribute aliases."""
+    module, printed without attribute aliases. `allow_unregistered` is for
+    exports with opaque ops."""
     options = ["--polymesh-propagate", "--mlir-print-local-scope", *(extra or [])]
+    if allow_unregistered:
+        options.append("--allow-unregistered-dialect")
     return run_tool("polymesh-opt", ir_text, options).stdout
 
 
-def leaf_table(ir_text: str) -> str:
+def leaf_table(ir_text: str, allow_unregistered: bool = False) -> str:
     """The `--polymesh-print-leaves` table after propagation."""
-    return run_tool("polymesh-opt", ir_text,
-                    ["--polymesh-propagate", "--polymesh-print-leaves=output=-", "-o", "/dev/null"]).stdout
+    options = ["--polymesh-propagate", "--polymesh-print-leaves=output=-", "-o", "/dev/null"]
+    if allow_unregistered:
+        options.append("--allow-unregistered-dialect")
+    return run_tool("polymesh-opt", ir_text, options).stdout

@@ -5,9 +5,15 @@ mesh it was annotated with.
     shardings = polymesh_jax.nnx.state_shardings(Model)  # an nnx.State
 
 Both trace `nnx.state(module_fn(*args))` with `jax.jit`, ask Polymesh where
-each leaf of the state lives (`resolve_out_shardings`), and `init` then runs
-that jit with those out_shardings and rebuilds the module with `nnx.merge`,
-the split/merge pattern the Flax report had to write by hand.
+each leaf of the state lives (`resolve`), and `init` then runs that jit with
+those out_shardings and rebuilds the module with `nnx.merge`, the
+split/merge pattern the Flax report had to write by hand.
+
+Initializers compute with ops the export does not map (random numbers:
+threefry's unsigned shifts and loops), so these helpers export with
+`unmapped="opaque"`: such ops only need a placement, which propagation gives
+them (replicated on a mesh of their operands, with a PolymeshWarning); each
+Variable's placement still comes from its own annotation.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any, Callable
 
 import jax
 
-from ._resolve import resolve_out_shardings
+from ._resolve import resolve
 
 
 def _nnx():
@@ -39,7 +45,7 @@ def _state_fn(module_fn: Callable) -> Callable:
 def state_shardings(module_fn: Callable, *args: Any, **kwargs: Any) -> Any:
     """The shardings of the state of `module_fn(*args, **kwargs)` (an
     `nnx.State` whose leaves are `NamedSharding`s over the user's meshes)."""
-    return resolve_out_shardings(_state_fn(module_fn), *args, **kwargs)
+    return resolve(_state_fn(module_fn), args, kwargs, unmapped="opaque").out_shardings
 
 
 def init(module_fn: Callable, *args: Any, **kwargs: Any) -> Any:
@@ -50,7 +56,7 @@ def init(module_fn: Callable, *args: Any, **kwargs: Any) -> Any:
     nnx = _nnx()
     graphdef, _ = nnx.split(nnx.eval_shape(lambda: module_fn(*args, **kwargs)))
     pure = _state_fn(module_fn)
-    shardings = resolve_out_shardings(pure, *args, **kwargs)
+    shardings = resolve(pure, args, kwargs, unmapped="opaque").out_shardings
     state = jax.jit(pure, out_shardings=shardings)(*args, **kwargs)
     return nnx.merge(graphdef, state)
 

@@ -274,3 +274,36 @@ def test_meshes_keep_their_device_order():
     assert out["stage0"].mesh is stage0 and out["stage1"].mesh is stage1 and out["reversed"].mesh is reversed_mesh
     assert device_map(out["stage1"], (8, 8)) == device_map(NamedSharding(stage1, P("tp", "dp")), (8, 8))
     assert device_map(out["reversed"], (8, 8)) == device_map(NamedSharding(reversed_mesh, P("b")), (8, 8))
+
+
+def test_nnx_init_with_random_initializers():
+    """Real layers: nnx.Linear kernels initialized from nnx.Rngs, annotated
+    on two meshes. JAX puts the second kernel on the first mesh; the NNX
+    helper (which exports threefry's ops as opaque ops) puts each on its own
+    mesh, and the unannotated biases on the ambient mesh."""
+    init = nnx.initializers.lecun_normal()
+
+    class MLP(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(16, 32, rngs=rngs, kernel_init=nnx.with_partitioning(init, ("a", "b"), mesh=mesh1))
+            self.l2 = nnx.Linear(32, 8, rngs=rngs, kernel_init=nnx.with_partitioning(init, ("c", None), mesh=mesh3))
+
+    expected = {
+        "l1.kernel.value": NamedSharding(mesh1, P("a", "b")),
+        "l2.kernel.value": NamedSharding(mesh3, P("c")),
+        "l1.bias.value": NamedSharding(mesh_data, P()),
+        "l2.bias.value": NamedSharding(mesh_data, P()),
+    }
+    with jax.set_mesh(mesh_data):
+        model, error = run_jax(nnx.jit(lambda: MLP(nnx.Rngs(0))))
+        assert error is not None or placement_problems(nnx.state(model), expected)
+        with pytest.warns(pj.PolymeshWarning, match="stablehlo.shift_right_logical"):
+            model = pnnx.init(lambda: MLP(nnx.Rngs(0)))
+        with pytest.raises(pj.UnmappedOpError):
+            pj.export(lambda: nnx.state(MLP(nnx.Rngs(0))))
+    assert placement_problems(nnx.state(model), expected) == []
+    assert model.l2.kernel.value.sharding.mesh is mesh3
+    # The same values as JAX's own init: placement does not change numbers.
+    with jax.set_mesh(mesh_data):
+        reference = nnx.jit(lambda: MLP(nnx.Rngs(0)))()
+    np.testing.assert_array_equal(np.asarray(model.l2.kernel.value), np.asarray(reference.l2.kernel.value))
