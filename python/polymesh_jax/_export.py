@@ -217,24 +217,32 @@ def _lower_with_jax(traced, table: MeshTable, used: list, ambient: Optional[Mesh
             candidates.append((mesh_of_jax(obj), obj))
         else:
             candidates.append((MeshDef((), (int(obj.id),)), obj))
-    # Every sharding of a program that JAX lowers is over one device list,
-    # so a mesh's axes tell which of the user's meshes it is.
-    jit_ids = next((m.ids() for m, _ in candidates if m.axes), None)
+    # The jit's device list: Shardy's meshes number their devices in it.
+    try:
+        device_list = [int(d.id) for d in lowered._lowering._device_list]
+    except Exception:  # noqa: BLE001 - private; the meshes' axes decide then
+        device_list = None
+    by_id = {d.id: d for d in jax.devices()}
     mapping = {}
     for symbol, sdy_mesh in _sdy_meshes(module).items():
-        match = next(((m, obj) for m, obj in candidates if m.axes == sdy_mesh.axes), None)
-        if sdy_mesh.device_ids is not None and sdy_mesh.device_ids != tuple(range(sdy_mesh.size)):
-            base = match[0].ids() if match else jit_ids
-            if base is None:
-                raise ExportError(f"cannot tell which devices Shardy mesh @{symbol} names")
-            ids = tuple(base[i] for i in sdy_mesh.device_ids)
-            devices = {d.id: d for d in jax.devices()}
-            mesh = MeshDef(sdy_mesh.axes, ids)
-            obj = (Mesh(np.array([devices[i] for i in ids]).reshape([s for _, s in mesh.axes]),
-                        tuple(n for n, _ in mesh.axes)) if mesh.axes else devices[ids[0]])
-            mapping[symbol] = table.add(mesh, obj)
-        elif match is not None:
+        logical = sdy_mesh.device_ids if sdy_mesh.device_ids is not None else tuple(range(sdy_mesh.size))
+        if device_list is not None and all(i < len(device_list) for i in logical):
+            ids = tuple(device_list[i] for i in logical)
+            match = next(((m, obj) for m, obj in candidates if m.axes == sdy_mesh.axes and m.ids() == ids), None)
+        else:
+            # Every sharding of a program that JAX lowers is over one device
+            # list, so a mesh's axes tell which of the user's meshes it is.
+            match = next(((m, obj) for m, obj in candidates if m.axes == sdy_mesh.axes), None)
+            ids = match[0].ids() if match else None
+        if match is not None:
             mapping[symbol] = table.add(match[0], match[1])
+        elif ids is not None:
+            # A mesh JAX made (from types, or a reordering): the user has no
+            # object for it, so the export makes one over the same devices.
+            mesh = MeshDef(sdy_mesh.axes, ids)
+            obj = (Mesh(np.array([by_id[i] for i in ids]).reshape([s for _, s in mesh.axes]),
+                        tuple(n for n, _ in mesh.axes)) if mesh.axes else by_id[ids[0]])
+            mapping[symbol] = table.add(mesh, obj)
         else:
             raise ExportError(
                 f"Shardy mesh @{symbol} = {sdy_mesh.text()} matches none of the meshes the "

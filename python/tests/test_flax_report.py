@@ -307,3 +307,20 @@ def test_nnx_init_with_random_initializers():
     with jax.set_mesh(mesh_data):
         reference = nnx.jit(lambda: MLP(nnx.Rngs(0)))()
     np.testing.assert_array_equal(np.asarray(model.l2.kernel.value), np.asarray(reference.l2.kernel.value))
+
+
+def test_same_axes_on_other_devices_are_other_meshes():
+    """An ambient mesh and a constraint's mesh with the same axes over
+    different devices: JAX lowers it (the ambient mesh is unused), and the
+    constraint keeps its own devices, 4-7."""
+    devices = jax.devices()
+    low = Mesh(np.array(devices[0:4]).reshape(2, 2), ("a", "b"), axis_types=(AxisType.Auto,) * 2)
+    high = Mesh(np.array(devices[4:8]).reshape(2, 2), ("a", "b"), axis_types=(AxisType.Auto,) * 2)
+    with low:
+        program = pj.export_program(
+            lambda x: jax.lax.with_sharding_constraint(x * 2, NamedSharding(high, P("a"))), (jnp.ones((4, 4)),))
+    assert program.lowering == "jax"
+    high_name, low_name = program.meshes.add_jax_mesh(high), program.meshes.add_jax_mesh(low)
+    assert high_name != low_name and program.ambient_mesh == low_name
+    assert f'polymesh.sharding_constraint %1 <@{high_name}, [{{"a"}}, {{}}]>' in program.text
+    assert pj._attrs.parse_meshes(program.text)[high_name].ids() == (4, 5, 6, 7)
