@@ -1,0 +1,1208 @@
+//===- DeviceScheduleTest.cpp - Per-device schedules vs the simulator -----===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// A DeviceSchedule is what generated code executes, so these tests execute
+// it: a small host interpreter gives every device exact source and
+// destination tiles (box extents, row-major, no padding) and a staging
+// buffer, runs each segment as the code would (every device's `before`
+// rows, the communication, every device's `after` rows), and the resulting
+// destination tiles must equal the simulator's for the same plan, element
+// by element. The interpreter works on bytes: an element of `elementBytes`
+// bytes holds the low bytes of the simulator's int64 value, and accumulation
+// is integer addition modulo 2^(8 * elementBytes), which commutes with that
+// truncation.
+//
+// Along the way it fails on every row that reads or writes outside its
+// buffer, on staging read before this segment wrote it, on send/recv rows
+// that do not pair up, on overlapping receive ranges, and on broadcast rows
+// that disagree; the traffic it counts must equal the plan's bytesMoved.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Planner/DeviceSchedule.h"
+#include "polymesh/Planner/Planner.h"
+#include "polymesh/Planner/RandomLayout.h"
+#include "polymesh/Planner/Simulate.h"
+
+#include "Support/LayoutBuilders.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+using namespace polymesh::planner;
+
+namespace {
+
+using namespace polymesh::planner::testing;
+using ::testing::AssertionFailure;
+using ::testing::AssertionResult;
+using ::testing::AssertionSuccess;
+
+//===----------------------------------------------------------------------===//
+// Element and index helpers
+//===----------------------------------------------------------------------===//
+
+/// Calls fn(index) for every index of `box`, row-major (once for rank 0).
+template <typename Fn> void forEachIndex(const Box &box, Fn fn) {
+  if (box.empty())
+    return;
+  std::vector<int64_t> index = box.lo;
+  size_t rank = index.size();
+  while (true) {
+    fn(index);
+    size_t d = rank;
+    while (d > 0) {
+      --d;
+      if (++index[d] < box.hi[d])
+        break;
+      index[d] = box.lo[d];
+      if (d == 0)
+        return;
+    }
+    if (rank == 0)
+      return;
+  }
+}
+
+/// Offset in elements of `index` in the exact row-major tile of `box`.
+int64_t exactOffset(const Box &box, const std::vector<int64_t> &index) {
+  int64_t offset = 0;
+  for (size_t d = 0; d < box.lo.size(); ++d)
+    offset = offset * (box.hi[d] - box.lo[d]) + (index[d] - box.lo[d]);
+  return offset;
+}
+
+/// Little-endian element of `bytes` bytes.
+uint64_t load(const uint8_t *at, int64_t bytes) {
+  uint64_t value = 0;
+  for (int64_t b = bytes; b-- > 0;)
+    value = (value << 8) | at[b];
+  return value;
+}
+
+void store(uint8_t *at, int64_t bytes, uint64_t value) {
+  for (int64_t b = 0; b < bytes; ++b, value >>= 8)
+    at[b] = static_cast<uint8_t>(value & 0xff);
+}
+
+uint64_t truncated(int64_t value, int64_t bytes) {
+  uint64_t v = static_cast<uint64_t>(value);
+  return bytes >= 8 ? v : v & ((uint64_t(1) << (8 * bytes)) - 1);
+}
+
+std::string describeRow(const CopyRow &row) {
+  static const char *kinds[] = {"copy", "accumulate", "zero"};
+  static const char *spaces[] = {"source", "destination", "staging"};
+  return absl::StrCat(kinds[static_cast<int>(row.kind)], " ",
+                      spaces[static_cast<int>(row.srcSpace)], "+",
+                      row.srcOffset, " -> ",
+                      spaces[static_cast<int>(row.dstSpace)], "+",
+                      row.dstOffset, " run ", row.runBytes, " counts [",
+                      absl::StrJoin(row.counts, ", "), "] src strides [",
+                      absl::StrJoin(row.srcStrides, ", "), "] dst strides [",
+                      absl::StrJoin(row.dstStrides, ", "), "]");
+}
+
+/// Calls fn(srcOffset, dstOffset) for each contiguous run of `row`, major
+/// loop first, until fn returns false. Counts must be positive.
+template <typename Fn> void forEachRun(const CopyRow &row, Fn fn) {
+  size_t n = row.counts.size();
+  std::vector<int64_t> i(n, 0);
+  while (true) {
+    int64_t src = row.srcOffset, dst = row.dstOffset;
+    for (size_t k = 0; k < n; ++k) {
+      src += i[k] * row.srcStrides[k];
+      dst += i[k] * row.dstStrides[k];
+    }
+    if (!fn(src, dst))
+      return;
+    size_t k = n;
+    while (k > 0) {
+      --k;
+      if (++i[k] < row.counts[k])
+        break;
+      i[k] = 0;
+      if (k == 0)
+        return;
+    }
+    if (n == 0)
+      return;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The interpreter
+//===----------------------------------------------------------------------===//
+
+/// What the interpreter counted while it ran.
+struct RunStats {
+  int64_t sendBytes = 0;
+  int64_t recvBytes = 0;
+  /// Bytes times (members - 1) over broadcast segments.
+  int64_t broadcastBytes = 0;
+  int64_t copyRows = 0;
+  int64_t stridedRows = 0;
+  int64_t zeroRows = 0;
+  int64_t accumulateRows = 0;
+  int64_t broadcastSegments = 0;
+  int64_t sendRecvSegments = 0;
+};
+
+class Interpreter {
+public:
+  Interpreter(const DeviceSchedule &schedule, const TensorLayout &source,
+              const TensorLayout &destination)
+      : schedule_(schedule), eb_(schedule.elementBytes) {
+    std::map<int64_t, HostBuffer> sources = makeSourceBuffers(source);
+    for (size_t p = 0; p < schedule.devices.size(); ++p) {
+      int64_t id = schedule.devices[p];
+      positionOf_[id] = p;
+      Device device;
+      device.id = id;
+      device.srcBox = source.boxOfDevice(id);
+      device.dstBox = destination.boxOfDevice(id);
+      if (device.srcBox) {
+        const HostBuffer &padded = sources.at(id);
+        device.source.assign(device.srcBox->numElements() * eb_, 0);
+        forEachIndex(*device.srcBox, [&](const std::vector<int64_t> &index) {
+          store(&device.source[exactOffset(*device.srcBox, index) * eb_], eb_,
+                truncated(padded.data[padded.offsetOf(index)], eb_));
+        });
+      }
+      if (device.dstBox)
+        device.destination.assign(
+            device.dstBox->numElements() * eb_,
+            schedule.accumulatesIntoDestination ? 0 : 0xee);
+      int64_t staging =
+          p < schedule.stagingBytes.size() ? schedule.stagingBytes[p] : 0;
+      device.staging.assign(staging, 0xdd);
+      devices_.push_back(std::move(device));
+    }
+  }
+
+  AssertionResult run() {
+    if (schedule_.stagingBytes.size() != devices_.size())
+      return AssertionFailure() << "stagingBytes has "
+                                << schedule_.stagingBytes.size()
+                                << " entries for " << devices_.size()
+                                << " devices";
+    for (size_t s = 0; s < schedule_.segments.size(); ++s) {
+      AssertionResult result = runSegment(s);
+      if (!result)
+        return result;
+    }
+    return AssertionSuccess();
+  }
+
+  /// Compares every destination tile with the simulator's padded one.
+  AssertionResult compare(const SimulationResult &simulated) const {
+    for (const Device &device : devices_) {
+      if (!device.dstBox)
+        continue;
+      auto it = simulated.destination.find(device.id);
+      if (it == simulated.destination.end())
+        return AssertionFailure()
+               << "the simulator has no destination for " << device.id;
+      const HostBuffer &padded = it->second;
+      if (padded.box != *device.dstBox)
+        return AssertionFailure() << "boxes differ on " << device.id;
+      AssertionResult result = AssertionSuccess();
+      forEachIndex(*device.dstBox, [&](const std::vector<int64_t> &index) {
+        if (!result)
+          return;
+        uint64_t want = truncated(padded.data[padded.offsetOf(index)], eb_);
+        uint64_t have = load(
+            &device.destination[exactOffset(*device.dstBox, index) * eb_],
+            eb_);
+        if (want != have)
+          result = AssertionFailure()
+                   << "device " << device.id << " holds " << have << " at ["
+                   << absl::StrJoin(index, ", ") << "], the simulator "
+                   << want;
+      });
+      if (!result)
+        return result;
+    }
+    return AssertionSuccess();
+  }
+
+  const RunStats &stats() const { return stats_; }
+
+private:
+  struct Device {
+    int64_t id = 0;
+    std::optional<Box> srcBox, dstBox;
+    std::vector<uint8_t> source, destination, staging;
+    /// Staging bytes written in the current segment.
+    std::vector<char> valid;
+  };
+
+  std::vector<uint8_t> &buffer(Device &device, BufferSpace space) {
+    switch (space) {
+    case BufferSpace::Source:
+      return device.source;
+    case BufferSpace::Destination:
+      return device.destination;
+    default:
+      return device.staging;
+    }
+  }
+
+  /// How far a row may reach into `space` in the current segment.
+  int64_t limit(size_t p, BufferSpace space) {
+    if (space == BufferSpace::Staging)
+      return segmentStaging_[p];
+    return static_cast<int64_t>(buffer(devices_[p], space).size());
+  }
+
+  bool allValid(const Device &device, int64_t offset, int64_t bytes) const {
+    for (int64_t b = offset; b < offset + bytes; ++b)
+      if (!device.valid[b])
+        return false;
+    return true;
+  }
+
+  AssertionResult checkShape(const CopyRow &row) const {
+    size_t outer = static_cast<size_t>(schedule_.outerDims);
+    if (row.counts.size() != outer || row.srcStrides.size() != outer ||
+        row.dstStrides.size() != outer)
+      return AssertionFailure() << "row has not " << outer << " outer loops";
+    if (row.runBytes <= 0 || row.runBytes % eb_ != 0)
+      return AssertionFailure() << "run of " << row.runBytes << " bytes";
+    for (int64_t count : row.counts)
+      if (count <= 0)
+        return AssertionFailure() << "non-positive count";
+    // Every access is element-aligned, so typed loads and adds work.
+    if (row.dstOffset % eb_ != 0 ||
+        (row.kind != CopyKind::Zero && row.srcOffset % eb_ != 0))
+      return AssertionFailure() << "unaligned offset";
+    for (size_t k = 0; k < outer; ++k)
+      if (row.srcStrides[k] % eb_ != 0 || row.dstStrides[k] % eb_ != 0)
+        return AssertionFailure() << "unaligned stride";
+    return AssertionSuccess();
+  }
+
+  AssertionResult runCopy(size_t p, const CopyRow &row) {
+    AssertionResult shape = checkShape(row);
+    if (!shape)
+      return shape << ": " << describeRow(row);
+    Device &device = devices_[p];
+    bool zero = row.kind == CopyKind::Zero;
+    std::vector<uint8_t> &dst = buffer(device, row.dstSpace);
+    int64_t dstLimit = limit(p, row.dstSpace);
+    std::vector<uint8_t> *src = zero ? nullptr : &buffer(device, row.srcSpace);
+    int64_t srcLimit = zero ? 0 : limit(p, row.srcSpace);
+    bool fromStaging = !zero && row.srcSpace == BufferSpace::Staging;
+    bool toStaging = row.dstSpace == BufferSpace::Staging;
+    int64_t run = row.runBytes;
+    AssertionResult result = AssertionSuccess();
+    std::vector<uint8_t> temp;
+    forEachRun(row, [&](int64_t s, int64_t d) {
+      if (d < 0 || d + run > dstLimit) {
+        result = AssertionFailure() << "writes [" << d << ", " << d + run
+                                    << ") of " << dstLimit << " bytes";
+        return false;
+      }
+      if (src && (s < 0 || s + run > srcLimit)) {
+        result = AssertionFailure() << "reads [" << s << ", " << s + run
+                                    << ") of " << srcLimit << " bytes";
+        return false;
+      }
+      if (fromStaging && !allValid(device, s, run)) {
+        result = AssertionFailure() << "reads staging [" << s << ", "
+                                    << s + run
+                                    << ") that this segment did not write";
+        return false;
+      }
+      switch (row.kind) {
+      case CopyKind::Copy:
+        temp.assign(src->begin() + s, src->begin() + s + run);
+        std::memcpy(&dst[d], temp.data(), run);
+        break;
+      case CopyKind::Accumulate:
+        for (int64_t e = 0; e < run; e += eb_)
+          store(&dst[d + e], eb_,
+                load(&dst[d + e], eb_) + load(&(*src)[s + e], eb_));
+        break;
+      case CopyKind::Zero:
+        std::memset(&dst[d], 0, run);
+        break;
+      }
+      if (toStaging)
+        std::fill(device.valid.begin() + d, device.valid.begin() + d + run, 1);
+      return true;
+    });
+    if (!result)
+      return result << ": " << describeRow(row);
+    ++stats_.copyRows;
+    int64_t runs = 1;
+    for (int64_t count : row.counts)
+      runs *= count;
+    stats_.stridedRows += runs > 1;
+    stats_.zeroRows += zero;
+    stats_.accumulateRows += row.kind == CopyKind::Accumulate;
+    return AssertionSuccess();
+  }
+
+  AssertionResult checkCommRange(size_t p, const CommRow &row) {
+    if (row.bytes <= 0 || row.stagingOffset < 0 ||
+        row.stagingOffset + row.bytes > segmentStaging_[p])
+      return AssertionFailure()
+             << "device " << devices_[p].id << " communicates ["
+             << row.stagingOffset << ", " << row.stagingOffset + row.bytes
+             << ") of " << segmentStaging_[p] << " staging bytes";
+    if (row.bytes % eb_ != 0 || row.stagingOffset % eb_ != 0)
+      return AssertionFailure() << "unaligned communication";
+    return AssertionSuccess();
+  }
+
+  AssertionResult runSendRecv() {
+    using Pair = std::pair<size_t, size_t>; // sender, receiver positions
+    std::map<Pair, std::vector<const CommRow *>> sends, recvs;
+    for (size_t p = 0; p < devices_.size(); ++p) {
+      // Ranges a grouped call reads or writes on this device: receives must
+      // not overlap anything else in the group.
+      std::vector<std::pair<int64_t, int64_t>> sent, received;
+      for (const CommRow &row : segment_->perDevice[p].comm) {
+        auto peer = positionOf_.find(row.peer);
+        if (row.kind == CommKind::Broadcast || peer == positionOf_.end() ||
+            peer->second == p)
+          return AssertionFailure()
+                 << "device " << devices_[p].id
+                 << " has a bad send/recv row (kind "
+                 << static_cast<int>(row.kind) << ", peer " << row.peer << ")";
+        AssertionResult range = checkCommRange(p, row);
+        if (!range)
+          return range;
+        std::pair<int64_t, int64_t> span{row.stagingOffset,
+                                         row.stagingOffset + row.bytes};
+        if (row.kind == CommKind::Send) {
+          sends[{p, peer->second}].push_back(&row);
+          sent.push_back(span);
+        } else {
+          recvs[{peer->second, p}].push_back(&row);
+          received.push_back(span);
+        }
+      }
+      auto overlap = [](std::pair<int64_t, int64_t> a,
+                        std::pair<int64_t, int64_t> b) {
+        return a.first < b.second && b.first < a.second;
+      };
+      for (size_t i = 0; i < received.size(); ++i) {
+        for (size_t j = i + 1; j < received.size(); ++j)
+          if (overlap(received[i], received[j]))
+            return AssertionFailure()
+                   << "device " << devices_[p].id << " receives twice into ["
+                   << received[j].first << ", " << received[j].second << ")";
+        for (const auto &span : sent)
+          if (overlap(received[i], span))
+            return AssertionFailure()
+                   << "device " << devices_[p].id
+                   << " receives into staging it sends from";
+      }
+    }
+    if (sends.size() != recvs.size())
+      return AssertionFailure() << sends.size() << " sending pairs but "
+                                << recvs.size() << " receiving pairs";
+    // Pair the rows in order; read every message before writing any.
+    struct Message {
+      size_t receiver;
+      const CommRow *recv;
+      std::vector<uint8_t> bytes;
+    };
+    std::vector<Message> messages;
+    for (const auto &[pair, rows] : sends) {
+      auto it = recvs.find(pair);
+      if (it == recvs.end() || it->second.size() != rows.size())
+        return AssertionFailure()
+               << devices_[pair.first].id << " sends " << rows.size()
+               << " messages to " << devices_[pair.second].id
+               << ", which receives "
+               << (it == recvs.end() ? 0 : it->second.size());
+      const Device &sender = devices_[pair.first];
+      for (size_t m = 0; m < rows.size(); ++m) {
+        const CommRow &send = *rows[m];
+        const CommRow &recv = *it->second[m];
+        if (send.bytes != recv.bytes)
+          return AssertionFailure()
+                 << "message " << m << " from " << sender.id << " to "
+                 << devices_[pair.second].id << ": " << send.bytes
+                 << " bytes sent, " << recv.bytes << " received";
+        if (!allValid(sender, send.stagingOffset, send.bytes))
+          return AssertionFailure()
+                 << sender.id << " sends staging it did not pack";
+        messages.push_back(
+            {pair.second, &recv,
+             std::vector<uint8_t>(sender.staging.begin() + send.stagingOffset,
+                                  sender.staging.begin() + send.stagingOffset +
+                                      send.bytes)});
+        stats_.sendBytes += send.bytes;
+      }
+    }
+    for (const Message &message : messages) {
+      const CommRow *recv = message.recv;
+      Device &receiver = devices_[message.receiver];
+      std::copy(message.bytes.begin(), message.bytes.end(),
+                receiver.staging.begin() + recv->stagingOffset);
+      std::fill(receiver.valid.begin() + recv->stagingOffset,
+                receiver.valid.begin() + recv->stagingOffset + recv->bytes, 1);
+      stats_.recvBytes += recv->bytes;
+    }
+    return AssertionSuccess();
+  }
+
+  AssertionResult runBroadcast() {
+    const std::vector<int64_t> &members = segment_->members;
+    if (members.size() < 2 || !std::is_sorted(members.begin(), members.end()) ||
+        std::adjacent_find(members.begin(), members.end()) != members.end())
+      return AssertionFailure() << "broadcast over members ["
+                                << absl::StrJoin(members, ", ") << "]";
+    std::set<size_t> memberPositions;
+    for (int64_t member : members) {
+      auto it = positionOf_.find(member);
+      if (it == positionOf_.end())
+        return AssertionFailure() << "broadcast member " << member
+                                  << " is not a device of the schedule";
+      memberPositions.insert(it->second);
+    }
+    std::optional<CommRow> agreed;
+    for (size_t p = 0; p < devices_.size(); ++p) {
+      const std::vector<CommRow> &comm = segment_->perDevice[p].comm;
+      if (!memberPositions.count(p)) {
+        if (!comm.empty())
+          return AssertionFailure() << "device " << devices_[p].id
+                                    << " is no member but communicates";
+        continue;
+      }
+      if (comm.size() != 1 || comm[0].kind != CommKind::Broadcast)
+        return AssertionFailure() << "member " << devices_[p].id
+                                  << " has not exactly one broadcast row";
+      AssertionResult range = checkCommRange(p, comm[0]);
+      if (!range)
+        return range;
+      if (!agreed) {
+        agreed = comm[0];
+      } else if (comm[0].peer != agreed->peer ||
+                 comm[0].bytes != agreed->bytes ||
+                 comm[0].stagingOffset != agreed->stagingOffset) {
+        return AssertionFailure() << "members disagree on the broadcast";
+      }
+    }
+    auto root = positionOf_.find(agreed->peer);
+    if (root == positionOf_.end() || !memberPositions.count(root->second))
+      return AssertionFailure() << "broadcast root " << agreed->peer
+                                << " is not a member";
+    const Device &from = devices_[root->second];
+    if (!allValid(from, agreed->stagingOffset, agreed->bytes))
+      return AssertionFailure() << "root " << from.id
+                                << " broadcasts staging it did not pack";
+    for (size_t p : memberPositions) {
+      if (p == root->second)
+        continue;
+      Device &to = devices_[p];
+      std::copy(from.staging.begin() + agreed->stagingOffset,
+                from.staging.begin() + agreed->stagingOffset + agreed->bytes,
+                to.staging.begin() + agreed->stagingOffset);
+      std::fill(to.valid.begin() + agreed->stagingOffset,
+                to.valid.begin() + agreed->stagingOffset + agreed->bytes, 1);
+    }
+    stats_.broadcastBytes +=
+        agreed->bytes * static_cast<int64_t>(members.size() - 1);
+    ++stats_.broadcastSegments;
+    return AssertionSuccess();
+  }
+
+  AssertionResult runSegment(size_t s) {
+    segment_ = &schedule_.segments[s];
+    std::string where = absl::StrCat("segment ", s, " (step ", segment_->step,
+                                      " phase ", segment_->phase, ")");
+    if (segment_->perDevice.size() != devices_.size())
+      return AssertionFailure() << where << " has "
+                                << segment_->perDevice.size()
+                                << " device entries";
+    segmentStaging_.assign(devices_.size(), 0);
+    for (size_t p = 0; p < devices_.size(); ++p) {
+      int64_t bytes = segment_->perDevice[p].stagingBytes;
+      if (bytes < 0 || bytes > schedule_.stagingBytes[p])
+        return AssertionFailure()
+               << where << ": device " << devices_[p].id << " stages " << bytes
+               << " bytes, more than its buffer of "
+               << schedule_.stagingBytes[p];
+      segmentStaging_[p] = bytes;
+      devices_[p].valid.assign(devices_[p].staging.size(), 0);
+    }
+    for (size_t p = 0; p < devices_.size(); ++p)
+      for (const CopyRow &row : segment_->perDevice[p].before) {
+        AssertionResult result = runCopy(p, row);
+        if (!result)
+          return result << " (" << where << ", before rows of device "
+                        << devices_[p].id << ")";
+      }
+    AssertionResult comm = AssertionSuccess();
+    switch (segment_->method) {
+    case SegmentMethod::Local:
+      for (size_t p = 0; p < devices_.size(); ++p)
+        if (!segment_->perDevice[p].comm.empty())
+          return AssertionFailure() << where << " is local, but device "
+                                    << devices_[p].id << " communicates";
+      break;
+    case SegmentMethod::SendRecv:
+      comm = runSendRecv();
+      ++stats_.sendRecvSegments;
+      break;
+    case SegmentMethod::Broadcast:
+      comm = runBroadcast();
+      break;
+    }
+    if (!comm)
+      return comm << " (" << where << ")";
+    for (size_t p = 0; p < devices_.size(); ++p)
+      for (const CopyRow &row : segment_->perDevice[p].after) {
+        AssertionResult result = runCopy(p, row);
+        if (!result)
+          return result << " (" << where << ", after rows of device "
+                        << devices_[p].id << ")";
+      }
+    return AssertionSuccess();
+  }
+
+  const DeviceSchedule &schedule_;
+  int64_t eb_;
+  std::vector<Device> devices_;
+  std::map<int64_t, size_t> positionOf_;
+  const Segment *segment_ = nullptr;
+  std::vector<int64_t> segmentStaging_;
+  RunStats stats_;
+};
+
+//===----------------------------------------------------------------------===//
+// The check every test goes through
+//===----------------------------------------------------------------------===//
+
+/// The sorted union of both meshes' devices and `extra`.
+std::vector<int64_t> programDevices(const TensorLayout &source,
+                                    const TensorLayout &destination,
+                                    const std::vector<int64_t> &extra = {}) {
+  std::set<int64_t> ids(extra.begin(), extra.end());
+  for (const TensorLayout *layout : {&source, &destination})
+    for (int64_t p = 0; p < layout->numDevices(); ++p)
+      ids.insert(layout->mesh().deviceAt(p));
+  return {ids.begin(), ids.end()};
+}
+
+/// Checks what the schedule says about itself against the plan.
+AssertionResult checkStructure(const DeviceSchedule &schedule,
+                               const TransferPlan &plan,
+                               const TensorLayout &source,
+                               const TensorLayout &destination,
+                               const std::vector<int64_t> &devices) {
+  if (schedule.devices != devices)
+    return AssertionFailure() << "the schedule's devices differ";
+  if (schedule.elementBytes != plan.elementBytes)
+    return AssertionFailure() << "element size differs";
+  int rank = static_cast<int>(plan.shape.size());
+  if (schedule.outerDims != std::max(rank - 1, 0))
+    return AssertionFailure() << "outerDims " << schedule.outerDims;
+  // One segment per step phase, in order; one segment for an identity.
+  std::vector<std::pair<size_t, int>> phases;
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    int maxPhase = 0;
+    for (const Transfer &transfer : plan.steps[s].transfers)
+      maxPhase = std::max(maxPhase, transfer.phase);
+    for (int phase = 0; phase <= maxPhase; ++phase)
+      phases.push_back({s, phase});
+  }
+  if (plan.identity) {
+    if (schedule.segments.size() != 1 ||
+        schedule.segments[0].method != SegmentMethod::Local)
+      return AssertionFailure() << "an identity is not one local segment";
+  } else {
+    if (schedule.segments.size() != phases.size())
+      return AssertionFailure() << schedule.segments.size()
+                                << " segments for " << phases.size()
+                                << " step phases";
+    for (size_t s = 0; s < phases.size(); ++s)
+      if (schedule.segments[s].step != phases[s].first ||
+          schedule.segments[s].phase != phases[s].second)
+        return AssertionFailure() << "segment " << s << " is out of order";
+  }
+  // The staging buffer is the most any segment needs.
+  for (size_t p = 0; p < devices.size(); ++p) {
+    int64_t most = 0;
+    for (const Segment &segment : schedule.segments)
+      most = std::max(most, segment.perDevice.at(p).stagingBytes);
+    if (schedule.stagingBytes.at(p) != most)
+      return AssertionFailure()
+             << "device " << devices[p] << " has " << schedule.stagingBytes[p]
+             << " staging bytes, its segments need " << most;
+  }
+  // Devices that hold nothing do nothing.
+  for (size_t p = 0; p < devices.size(); ++p) {
+    if (source.mesh().positionOf(devices[p]) ||
+        destination.mesh().positionOf(devices[p]))
+      continue;
+    for (const Segment &segment : schedule.segments) {
+      const DeviceSegment &rows = segment.perDevice[p];
+      if (!rows.before.empty() || !rows.comm.empty() || !rows.after.empty() ||
+          rows.stagingBytes != 0)
+        return AssertionFailure()
+               << "device " << devices[p] << " holds nothing but has rows";
+    }
+    if (schedule.stagingBytes[p] != 0)
+      return AssertionFailure() << "device " << devices[p]
+                                << " holds nothing but has staging";
+  }
+  // The flags follow from the plan's transfers.
+  bool writesSource = false, accumulates = false;
+  for (const Step &step : plan.steps)
+    for (const Transfer &transfer : step.transfers) {
+      writesSource |= transfer.dstBuffer == BufferKind::Source;
+      accumulates |=
+          transfer.accumulate && transfer.dstBuffer == BufferKind::Destination;
+    }
+  if (schedule.writesSource != writesSource)
+    return AssertionFailure() << "writesSource is " << schedule.writesSource;
+  if (schedule.writesSource != plan.reducesInPlace)
+    return AssertionFailure() << "writesSource " << schedule.writesSource
+                              << " but reducesInPlace "
+                              << plan.reducesInPlace;
+  if (schedule.accumulatesIntoDestination != accumulates)
+    return AssertionFailure() << "accumulatesIntoDestination is "
+                              << schedule.accumulatesIntoDestination;
+  return AssertionSuccess();
+}
+
+struct Checked {
+  TransferPlan plan;
+  DeviceSchedule schedule;
+  RunStats stats;
+};
+
+/// Schedules `plan`, runs the schedule and compares it with the simulator.
+AssertionResult checkSchedule(const TransferPlan &plan,
+                              const TensorLayout &source,
+                              const TensorLayout &destination,
+                              const std::vector<int64_t> &devices,
+                              Checked *out = nullptr) {
+  absl::StatusOr<SimulationResult> simulated =
+      simulatePlan(plan, source, destination);
+  if (!simulated.ok())
+    return AssertionFailure() << "simulator: " << simulated.status();
+  // The reference itself must be right.
+  absl::Status reference = checkDestinationBuffers(*simulated, destination);
+  if (!reference.ok())
+    return AssertionFailure() << "simulator result: " << reference;
+
+  absl::StatusOr<DeviceSchedule> schedule =
+      scheduleForDevices(plan, source, destination, devices);
+  if (!schedule.ok())
+    return AssertionFailure() << "scheduleForDevices: " << schedule.status();
+  AssertionResult structure =
+      checkStructure(*schedule, plan, source, destination, devices);
+  if (!structure)
+    return structure;
+
+  Interpreter interpreter(*schedule, source, destination);
+  AssertionResult ran = interpreter.run();
+  if (!ran)
+    return ran;
+  AssertionResult same = interpreter.compare(*simulated);
+  if (!same)
+    return same;
+  const RunStats &stats = interpreter.stats();
+  if (stats.sendBytes != stats.recvBytes)
+    return AssertionFailure() << stats.sendBytes << " bytes sent, "
+                              << stats.recvBytes << " received";
+  if (stats.sendBytes + stats.broadcastBytes != plan.bytesMoved)
+    return AssertionFailure()
+           << "the schedule moves " << stats.sendBytes << " bytes by send and "
+           << stats.broadcastBytes << " by broadcast; the plan moves "
+           << plan.bytesMoved;
+  if (plan.memoryLimitBytes > 0)
+    for (size_t p = 0; p < devices.size(); ++p)
+      if (schedule->stagingBytes[p] > plan.memoryLimitBytes)
+        return AssertionFailure()
+               << "device " << devices[p] << " stages "
+               << schedule->stagingBytes[p] << " bytes, over the limit of "
+               << plan.memoryLimitBytes;
+  if (out) {
+    out->plan = plan;
+    out->schedule = *std::move(schedule);
+    out->stats = stats;
+  }
+  return AssertionSuccess();
+}
+
+/// Plans, schedules, runs and compares; the hand-picked tests' entry point.
+Checked planAndRun(const TensorLayout &source, const TensorLayout &destination,
+                   int64_t elementBytes = 8, PlanOptions options = {},
+                   const std::vector<int64_t> &extra = {}) {
+  Checked checked;
+  absl::StatusOr<TransferPlan> plan =
+      planReshard(source, destination, elementBytes, options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok())
+    return checked;
+  EXPECT_TRUE(checkSchedule(*plan, source, destination,
+                            programDevices(source, destination, extra),
+                            &checked))
+      << describe(source) << "  ->  " << describe(destination) << "\n"
+      << formatPlan(*plan);
+  return checked;
+}
+
+int64_t countSegments(const DeviceSchedule &schedule, SegmentMethod method) {
+  int64_t count = 0;
+  for (const Segment &segment : schedule.segments)
+    count += segment.method == method;
+  return count;
+}
+
+//===----------------------------------------------------------------------===//
+// Hand-picked patterns
+//===----------------------------------------------------------------------===//
+
+TEST(DeviceSchedule, IdentityPlanCopiesWholeTiles) {
+  Mesh ab = makeMesh({{"a", 2}, {"b", 4}});
+  Mesh c = makeMesh({{"c", 8}});
+  TensorLayout src = layout(ab, {{"a", "b"}, {}}, {16, 4});
+  TensorLayout dst = layout(c, {{"c"}, {}}, {16, 4});
+  Checked checked = planAndRun(src, dst);
+  ASSERT_TRUE(checked.plan.identity);
+  const DeviceSchedule &schedule = checked.schedule;
+  ASSERT_EQ(schedule.segments.size(), 1u);
+  EXPECT_EQ(schedule.outerDims, 1);
+  for (const DeviceSegment &rows : schedule.segments[0].perDevice) {
+    ASSERT_EQ(rows.after.size(), 1u);
+    EXPECT_TRUE(rows.before.empty());
+    // A whole tile is one contiguous run.
+    EXPECT_EQ(rows.after[0].runBytes, 2 * 4 * 8);
+    EXPECT_EQ(rows.after[0].counts, std::vector<int64_t>{1});
+  }
+  EXPECT_EQ(checked.stats.copyRows, 8);
+}
+
+TEST(DeviceSchedule, AllGatherPacksWholeTiles) {
+  Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
+  TensorLayout src = layout(mesh, {{"a"}, {"b"}}, {8, 8});
+  TensorLayout dst = layout(mesh, {{}, {"b"}}, {8, 8});
+  Checked checked = planAndRun(src, dst);
+  EXPECT_EQ(checked.plan.count(StepKind::AllGather), 4);
+  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::SendRecv), 4);
+  // Source tiles 4x2 into destination tiles 8x2: every box is whole rows,
+  // so nothing is strided.
+  EXPECT_EQ(checked.stats.stridedRows, 0);
+  EXPECT_EQ(checked.stats.sendBytes, 8 * 4 * 2 * 8);
+
+  Mesh square = makeMesh({{"a", 2}, {"b", 2}});
+  planAndRun(layout(square, {{"a"}, {"b"}}, {4, 6}),
+             layout(square, {{}, {}}, {4, 6}));
+}
+
+TEST(DeviceSchedule, AllToAllPacksStridedBoxes) {
+  for (int64_t n : {2, 4}) {
+    Mesh mesh = makeMesh({{"a", n}});
+    TensorLayout src = layout(mesh, {{"a"}, {}}, {8, 8});
+    TensorLayout dst = layout(mesh, {{}, {"a"}}, {8, 8});
+    Checked checked = planAndRun(src, dst);
+    EXPECT_EQ(checked.plan.count(StepKind::AllToAll), 1);
+    // Column blocks of row-major source tiles are strided.
+    EXPECT_GT(checked.stats.stridedRows, 0);
+    bool found = false;
+    for (const Segment &segment : checked.schedule.segments)
+      for (const DeviceSegment &rows : segment.perDevice)
+        for (const CopyRow &row : rows.before)
+          if (row.srcSpace == BufferSpace::Source && row.counts[0] == 8 / n) {
+            found = true;
+            EXPECT_EQ(row.runBytes, 8 / n * 8);
+            EXPECT_EQ(row.srcStrides[0], 8 * 8);
+            EXPECT_EQ(row.dstStrides[0], 8 / n * 8);
+          }
+    EXPECT_TRUE(found);
+  }
+}
+
+TEST(DeviceSchedule, OrbaxRestoreIsTwoBroadcasts) {
+  Mesh replica0 = makeMesh({{"tp", 2}}, {0, 1});
+  Mesh train = makeMesh({{"dp", 16}, {"tp", 2}});
+  TensorLayout src = layout(replica0, {{}, {"tp"}}, {64, 32});
+  TensorLayout dst = layout(train, {{}, {"tp"}}, {64, 32});
+  Checked checked = planAndRun(src, dst);
+  const DeviceSchedule &schedule = checked.schedule;
+  ASSERT_EQ(countSegments(schedule, SegmentMethod::Broadcast), 2);
+  int64_t half = 64 * 16 * 8;
+  for (const Segment &segment : schedule.segments) {
+    if (segment.method != SegmentMethod::Broadcast)
+      continue;
+    ASSERT_EQ(segment.members.size(), 16u);
+    int64_t tp = segment.members[0] % 2;
+    for (int64_t member : segment.members)
+      EXPECT_EQ(member % 2, tp);
+    const CommRow &row = segment.perDevice[segment.members[3]].comm.at(0);
+    EXPECT_EQ(row.peer, tp);
+    EXPECT_EQ(row.bytes, half);
+  }
+  EXPECT_EQ(checked.stats.broadcastBytes, 30 * half);
+  EXPECT_EQ(checked.stats.sendBytes, 0);
+  for (int64_t staging : schedule.stagingBytes)
+    EXPECT_EQ(staging, half);
+}
+
+TEST(DeviceSchedule, SingleDeviceBroadcastsToMesh) {
+  Mesh one = makeMesh({}, {3});
+  Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
+  Checked checked = planAndRun(layout(one, {{}, {}}, {5, 7}),
+                               layout(mesh, {{}, {}}, {5, 7}));
+  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::Broadcast), 1);
+  EXPECT_EQ(checked.stats.broadcastBytes, 7 * 5 * 7 * 8);
+}
+
+TEST(DeviceSchedule, UnevenDims) {
+  Mesh mesh = makeMesh({{"a", 4}, {"b", 3}});
+  std::vector<std::vector<std::vector<std::string>>> shardings = {
+      {{"a"}, {"b"}}, {{"b"}, {"a"}}, {{"a", "b"}, {}}, {{}, {"b", "a"}},
+      {{}, {}}};
+  for (const auto &from : shardings)
+    for (const auto &to : shardings)
+      for (int64_t eb : {2, 8})
+        planAndRun(layout(mesh, from, {7, 5}), layout(mesh, to, {7, 5}), eb);
+}
+
+TEST(DeviceSchedule, ReversedDeviceIdsSwapTiles) {
+  Mesh mesh = makeMesh({{"a", 8}});
+  Mesh reversed = makeMesh({{"a", 8}}, {7, 6, 5, 4, 3, 2, 1, 0});
+  Checked checked = planAndRun(layout(mesh, {{"a"}, {}}, {16, 3}),
+                               layout(reversed, {{"a"}, {}}, {16, 3}));
+  ASSERT_EQ(checked.schedule.segments.size(), 1u);
+  const Segment &segment = checked.schedule.segments[0];
+  EXPECT_EQ(segment.method, SegmentMethod::SendRecv);
+  for (size_t p = 0; p < 8; ++p) {
+    const std::vector<CommRow> &comm = segment.perDevice[p].comm;
+    ASSERT_EQ(comm.size(), 2u);
+    for (const CommRow &row : comm)
+      EXPECT_EQ(row.peer, 7 - static_cast<int64_t>(p));
+  }
+}
+
+TEST(DeviceSchedule, DisjointMeshes) {
+  Mesh stage0 = makeMesh({{"dp", 2}, {"tp", 2}}, range(0, 4));
+  Mesh stage1 = makeMesh({{"dp", 2}, {"tp", 2}}, range(4, 8));
+  TensorLayout dst = layout(stage1, {{"dp"}, {"tp"}}, {8, 8});
+  Checked checked = planAndRun(layout(stage0, {{"dp"}, {"tp"}}, {8, 8}), dst);
+  // Stage-0 devices have no destination tile, stage-1 ones no source tile.
+  for (size_t p = 0; p < 8; ++p) {
+    const DeviceSegment &rows = checked.schedule.segments[0].perDevice[p];
+    if (p < 4) {
+      EXPECT_TRUE(rows.after.empty());
+      EXPECT_EQ(rows.before.size(), 1u);
+    } else {
+      EXPECT_TRUE(rows.before.empty());
+      EXPECT_EQ(rows.after.size(), 1u);
+    }
+  }
+  planAndRun(layout(stage0, {{"dp"}, {}}, {8, 8}), dst);
+  planAndRun(layout(stage0, {{}, {"dp", "tp"}}, {6, 9}),
+             layout(stage1, {{"tp"}, {"dp"}}, {6, 9}));
+  // Overlapping meshes and sparse ids.
+  Mesh first = makeMesh({{"a", 4}}, {0, 1, 2, 3});
+  Mesh second = makeMesh({{"b", 2}, {"c", 2}}, {2, 3, 4, 5});
+  planAndRun(layout(first, {{"a"}, {}}, {8, 4}),
+             layout(second, {{"c"}, {"b"}}, {8, 4}));
+  int64_t base = int64_t(1) << 40;
+  Mesh sparse = makeMesh({{"a", 2}, {"b", 2}}, {base, 7, base * 3, 12});
+  Mesh other = makeMesh({{"c", 4}}, {12, base * 5, 7, base});
+  planAndRun(layout(sparse, {{"a"}, {"b"}}, {6, 5}),
+             layout(other, {{}, {"c"}}, {6, 5}));
+}
+
+TEST(DeviceSchedule, SubAxes) {
+  Mesh mesh = makeMesh({{"x", 8}, {"y", 2}});
+  TensorLayout src = layout(mesh, {{"x:(1)2"}, {"x:(2)4", "y"}}, {8, 16});
+  planAndRun(src, layout(mesh, {{"x:(1)2"}, {}}, {8, 16}));
+  planAndRun(src, layout(mesh, {{"x"}, {"y"}}, {8, 16}));
+  planAndRun(src, layout(mesh, {{"y", "x:(2)4"}, {"x:(1)2"}}, {8, 16}));
+}
+
+TEST(DeviceSchedule, ZeroFillForNewUnreducedAxis) {
+  Mesh mesh = makeMesh({{"a", 2}, {"b", 2}});
+  Checked checked = planAndRun(layout(mesh, {{"a"}, {}}, {4, 4}),
+                               layout(mesh, {{"a"}, {}}, {4, 4}, {"b"}));
+  EXPECT_GT(checked.stats.zeroRows, 0);
+  EXPECT_EQ(checked.stats.sendBytes, 0);
+  for (const Segment &segment : checked.schedule.segments)
+    for (const DeviceSegment &rows : segment.perDevice)
+      for (const CopyRow &row : rows.after)
+        if (row.kind == CopyKind::Zero) {
+          EXPECT_EQ(row.dstSpace, BufferSpace::Destination);
+          for (int64_t stride : row.srcStrides)
+            EXPECT_EQ(stride, 0);
+        }
+  // Zeros and a gather together.
+  planAndRun(layout(mesh, {{"a"}, {"b"}}, {5, 3}),
+             layout(mesh, {{}, {}}, {5, 3}, {"a", "b"}));
+}
+
+TEST(DeviceSchedule, UnreducedAllReduceAndReduceScatter) {
+  Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
+  // All-reduce: phase 0 accumulates in the source buffers, phase 1 copies.
+  Checked allReduce = planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+                                 layout(mesh, {{"a"}, {}}, {8, 8}));
+  EXPECT_EQ(allReduce.plan.count(StepKind::AllReduce), 2);
+  EXPECT_TRUE(allReduce.schedule.writesSource);
+  EXPECT_GT(allReduce.stats.accumulateRows, 0);
+  bool twoPhases = false;
+  for (const Segment &segment : allReduce.schedule.segments)
+    twoPhases |= segment.phase == 1;
+  EXPECT_TRUE(twoPhases);
+
+  Checked scatter = planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+                               layout(mesh, {{"a"}, {"b"}}, {8, 8}));
+  EXPECT_EQ(scatter.plan.count(StepKind::ReduceScatter), 2);
+  EXPECT_GT(scatter.stats.accumulateRows, 0);
+
+  // Odd extents, partials kept, and a reduction across meshes.
+  planAndRun(layout(mesh, {{}, {"a"}}, {7, 5}, {"b"}),
+             layout(mesh, {{"b"}, {}}, {7, 5}));
+  planAndRun(layout(mesh, {{"a"}, {}}, {4, 4}, {"b"}),
+             layout(mesh, {{}, {}}, {4, 4}, {"b"}));
+  Mesh other = makeMesh({{"x", 4}}, range(8, 12));
+  planAndRun(layout(mesh, {{"a"}, {}}, {8, 4}, {"b"}),
+             layout(other, {{}, {"x"}}, {8, 4}));
+  // Every element size: sums wrap the same way in 1, 2 and 4 bytes.
+  for (int64_t eb : {1, 2, 4})
+    planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+               layout(mesh, {{"a"}, {}}, {8, 8}), eb);
+}
+
+TEST(DeviceSchedule, Rank0Rank1AndRank4) {
+  Mesh one = makeMesh({}, {3});
+  Mesh mesh = makeMesh({{"a", 4}});
+  // Scalars: a broadcast, and an all-reduce of partials.
+  planAndRun(layout(one, {}, {}), layout(mesh, {}, {}));
+  Checked scalar = planAndRun(layout(mesh, {}, {}, {"a"}), layout(mesh, {}, {}));
+  EXPECT_EQ(scalar.schedule.outerDims, 0);
+  for (const Segment &segment : scalar.schedule.segments)
+    for (const DeviceSegment &rows : segment.perDevice)
+      for (const CopyRow &row : rows.after) {
+        EXPECT_TRUE(row.counts.empty());
+        EXPECT_EQ(row.runBytes, 8);
+      }
+
+  Mesh three = makeMesh({{"a", 3}});
+  planAndRun(layout(three, {{"a"}}, {7}), layout(three, {{}}, {7}));
+  planAndRun(layout(three, {{}}, {7}), layout(three, {{"a"}}, {7}));
+  planAndRun(layout(three, {{"a"}}, {7}),
+             layout(makeMesh({{"a", 3}}, {2, 0, 1}), {{"a"}}, {7}));
+
+  Mesh cube = makeMesh({{"a", 2}, {"b", 2}, {"c", 2}});
+  TensorLayout src = layout(cube, {{"a"}, {}, {"b"}, {"c"}}, {3, 4, 5, 6});
+  Checked rank4 =
+      planAndRun(src, layout(cube, {{}, {"c"}, {}, {"a", "b"}}, {3, 4, 5, 6}));
+  EXPECT_EQ(rank4.schedule.outerDims, 3);
+  EXPECT_GT(rank4.stats.stridedRows, 0);
+  planAndRun(src, layout(cube, {{}, {}, {}, {}}, {3, 4, 5, 6}));
+  planAndRun(src, layout(cube, {{"c"}, {"b"}, {"a"}, {}}, {3, 4, 5, 6}), 2);
+}
+
+TEST(DeviceSchedule, MemoryLimitedChunks) {
+  // The Orbax broadcast in chunks stays a pair of broadcasts per chunk.
+  Mesh replica0 = makeMesh({{"tp", 2}}, {0, 1});
+  Mesh train = makeMesh({{"dp", 16}, {"tp", 2}});
+  int64_t half = 32 * 16 * 8;
+  Checked orbax = planAndRun(layout(replica0, {{}, {"tp"}}, {32, 32}),
+                             layout(train, {{}, {"tp"}}, {32, 32}), 8,
+                             PlanOptions{half / 8});
+  EXPECT_GE(orbax.plan.numChunks, 8);
+  EXPECT_EQ(countSegments(orbax.schedule, SegmentMethod::Broadcast),
+            2 * orbax.plan.numChunks);
+  for (int64_t staging : orbax.schedule.stagingBytes)
+    EXPECT_LE(staging, half / 8);
+
+  Mesh mesh = makeMesh({{"a", 4}});
+  Checked gather =
+      planAndRun(layout(mesh, {{"a"}, {}}, {64, 16}),
+                 layout(mesh, {{}, {}}, {64, 16}), 8, PlanOptions{4 * 16 * 4 * 8});
+  EXPECT_GT(gather.plan.numChunks, 1);
+
+  // Reductions in pieces, down to one element at a time as accumulating
+  // send/recv.
+  TensorLayout partial = layout(mesh, {{}, {}}, {16, 8}, {"a"});
+  TensorLayout replicated = layout(mesh, {{}, {}}, {16, 8});
+  planAndRun(partial, replicated, 8, PlanOptions{512});
+  Checked single = planAndRun(partial, replicated, 8, PlanOptions{8});
+  EXPECT_GT(single.plan.count(StepKind::SendRecv), 0);
+  EXPECT_GT(single.stats.accumulateRows, 0);
+  planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}), layout(mesh, {{}, {}}, {8, 8}),
+             8, PlanOptions{8});
+}
+
+TEST(DeviceSchedule, ExtraDevicesHoldNothing) {
+  Mesh mesh = makeMesh({{"a", 2}, {"b", 2}}, {1, 3, 5, 7});
+  Checked checked =
+      planAndRun(layout(mesh, {{"a"}, {"b"}}, {6, 6}),
+                 layout(mesh, {{"b"}, {}}, {6, 6}), 4, {}, {0, 2, 4, 100});
+  ASSERT_EQ(checked.schedule.devices,
+            (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 7, 100}));
+  for (int64_t position : {0, 2, 4, 7})
+    EXPECT_EQ(checked.schedule.stagingBytes[position], 0);
+  // An identity plan on a program with more devices.
+  planAndRun(layout(mesh, {{"a"}, {}}, {4, 4}),
+             layout(mesh, {{"a"}, {}}, {4, 4}), 8, {}, {9});
+}
+
+TEST(DeviceSchedule, LocalCopyReadsBeforeThePhaseWrites) {
+  // A hand-made phase in which device 1 both receives a sum into its source
+  // buffer and copies that buffer locally: the copy must see the old value,
+  // so the schedule stages it before the communication.
+  Mesh mesh = makeMesh({{"a", 2}});
+  TensorLayout src = layout(mesh, {{}}, {4});
+  TensorLayout dst = layout(mesh, {{}}, {4});
+  TransferPlan plan;
+  plan.shape = {4};
+  plan.elementBytes = 8;
+  plan.reducesInPlace = true;
+  Step step{StepKind::SendRecv, 0, {0, 1}, {}};
+  Transfer sum{0, {1}, Box{{0}, {2}}, 16};
+  sum.dstBuffer = BufferKind::Source;
+  sum.accumulate = true;
+  step.transfers.push_back(sum);
+  step.transfers.push_back({1, {1}, Box{{0}, {4}}, 32});
+  step.transfers.push_back({1, {0}, Box{{0}, {4}}, 32});
+  plan.steps.push_back(step);
+  recomputePlanStats(plan);
+  Checked checked;
+  ASSERT_TRUE(checkSchedule(plan, src, dst, {0, 1}, &checked))
+      << formatPlan(plan);
+  const DeviceSegment &rows = checked.schedule.segments.at(0).perDevice[1];
+  // Device 1 packs its whole source twice (for itself and for device 0)
+  // and receives two elements.
+  EXPECT_EQ(rows.before.size(), 2u);
+  EXPECT_EQ(rows.stagingBytes, 32 + 32 + 16);
+  EXPECT_TRUE(checked.schedule.writesSource);
+
+  // Without the sum, the local copy reads the source buffer directly.
+  plan.steps[0].transfers.erase(plan.steps[0].transfers.begin());
+  plan.reducesInPlace = false;
+  recomputePlanStats(plan);
+  ASSERT_TRUE(checkSchedule(plan, src, dst, {0, 1}, &checked));
+  EXPECT_EQ(checked.schedule.segments.at(0).perDevice[1].before.size(), 1u);
+  EXPECT_EQ(checked.schedule.segments.at(0).perDevice[1].after.size(), 1u);
+}
+
+TEST(DeviceSchedule, RejectsPlansOutsideTheirTiles) {
+  Mesh mesh = makeMesh({{"a", 4}});
+  TensorLayout src = layout(mesh, {{"a"}, {}}, {8, 4});
+  TensorLayout dst = layout(mesh, {{}, {}}, {8, 4});
+  absl::StatusOr<TransferPlan> plan = planReshard(src, dst, 8);
+  ASSERT_TRUE(plan.ok());
+  // A device the program does not have.
+  EXPECT_EQ(scheduleForDevices(*plan, src, dst, {0, 1, 2}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A box the sender does not hold.
+  TransferPlan broken = *plan;
+  for (Step &step : broken.steps)
+    for (Transfer &transfer : step.transfers)
+      if (!transfer.isLocal()) {
+        transfer.box.hi[0] += 2;
+        transfer.bytes = transfer.box.numElements() * 8;
+      }
+  EXPECT_EQ(scheduleForDevices(broken, src, dst, range(0, 4)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+//===----------------------------------------------------------------------===//
+// Random reshards
+//===----------------------------------------------------------------------===//
+
+TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
+  // POLYMESH_SCHEDULE_SEED and POLYMESH_SCHEDULE_CASES override the fixed
+  // seed and count for longer local sweeps.
+  uint64_t kSeed = 0x5c4ed01e;
+  int kCases = 1000;
+  if (const char *seed = std::getenv("POLYMESH_SCHEDULE_SEED"))
+    kSeed = std::strtoull(seed, nullptr, 0);
+  if (const char *cases = std::getenv("POLYMESH_SCHEDULE_CASES"))
+    kCases = std::atoi(cases);
+  SplitMix64 rng(kSeed);
+  RunStats totals;
+  int withExtras = 0, limited = 0, reductions = 0, rank4 = 0;
+  for (int i = 0; i < kCases; ++i) {
+    RandomReshardOptions options;
+    if (i % 5 == 4) {
+      options.maxRank = 4;
+      options.maxExtent = 6;
+      options.maxDevices = 16;
+    }
+    ReshardCase c = randomReshard(rng, options);
+    std::vector<int64_t> extra;
+    if (rng.chance(30)) {
+      std::vector<int64_t> held = programDevices(c.source, c.destination);
+      std::set<int64_t> taken(held.begin(), held.end());
+      for (int64_t k = rng.uniform(1, 3); k > 0; --k) {
+        int64_t id = rng.uniform(0, 300);
+        if (!taken.count(id))
+          extra.push_back(id);
+      }
+      withExtras += !extra.empty();
+    }
+    std::string what = absl::StrCat(
+        "seed ", kSeed, " case ", i, ": ", describe(c.source), "  ->  ",
+        describe(c.destination), "  elementBytes=", c.elementBytes,
+        " limit=", c.options.memoryLimitBytes, " extra devices [",
+        absl::StrJoin(extra, ", "), "]");
+    absl::StatusOr<TransferPlan> plan =
+        planReshard(c.source, c.destination, c.elementBytes, c.options);
+    ASSERT_TRUE(plan.ok()) << what << "\n" << plan.status();
+    Checked checked;
+    ASSERT_TRUE(checkSchedule(*plan, c.source, c.destination,
+                              programDevices(c.source, c.destination, extra),
+                              &checked))
+        << what << "\n"
+        << formatPlan(*plan);
+    limited += c.options.memoryLimitBytes > 0;
+    reductions += plan->reducesInPlace;
+    rank4 += c.source.shape().size() == 4;
+    totals.broadcastSegments += checked.stats.broadcastSegments;
+    totals.sendRecvSegments += checked.stats.sendRecvSegments;
+    totals.stridedRows += checked.stats.stridedRows;
+    totals.zeroRows += checked.stats.zeroRows;
+    totals.accumulateRows += checked.stats.accumulateRows;
+  }
+  // The cases cover what they are meant to.
+  if (kCases < 1000)
+    return;
+  EXPECT_GT(withExtras, 100);
+  EXPECT_GT(limited, 100);
+  EXPECT_GT(reductions, 50);
+  EXPECT_GT(rank4, 25);
+  EXPECT_GT(totals.broadcastSegments, 20);
+  EXPECT_GT(totals.sendRecvSegments, 300);
+  EXPECT_GT(totals.stridedRows, 100);
+  EXPECT_GT(totals.zeroRows, 20);
+  EXPECT_GT(totals.accumulateRows, 100);
+  RecordProperty("with_extra_devices", withExtras);
+  RecordProperty("memory_limited", limited);
+  RecordProperty("reductions", reductions);
+  RecordProperty("rank4", rank4);
+  RecordProperty("broadcast_segments", totals.broadcastSegments);
+  RecordProperty("send_recv_segments", totals.sendRecvSegments);
+  RecordProperty("strided_rows", totals.stridedRows);
+  RecordProperty("zero_rows", totals.zeroRows);
+  RecordProperty("accumulate_rows", totals.accumulateRows);
+}
+
+} // namespace
