@@ -34,13 +34,14 @@ if [ -n "${POLYMESH_PYTHON:-}" ]; then
   python="$POLYMESH_PYTHON"
 else
   venv="$root/build-python/venv"
-  if [ ! -x "$venv/bin/python" ]; then
-    if ! command -v python3 >/dev/null || ! python3 -m venv --help >/dev/null 2>&1 ||
-       ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
-      utils/install-deps.sh python3 python3-venv python3-pip
-    fi
+  if [ ! -x "$venv/bin/python" ] || [ ! -x "$venv/bin/pip" ]; then
     rm -rf "$venv"
-    python3 -m venv "$venv"
+    # Debian ships venv's pip bootstrap (ensurepip) in python3-venv.
+    if ! command -v python3 >/dev/null || ! python3 -m venv "$venv" >/dev/null 2>&1; then
+      rm -rf "$venv"
+      utils/install-deps.sh python3 python3-venv python3-pip
+      python3 -m venv "$venv"
+    fi
   fi
   python="$venv/bin/python"
   stamp="$venv/.requirements.sha256"
