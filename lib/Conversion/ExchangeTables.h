@@ -1,0 +1,179 @@
+//===- ExchangeTables.h - Plan tables shared by the lowerings ---*- C++ -*-===//
+//
+// Part of Polymesh. Internal to lib/Conversion.
+//
+//===----------------------------------------------------------------------===//
+//
+// Both lowerings of polymesh.exchange (CPU and CUDA) run the same per-device
+// schedule (planner::scheduleForDevices) from the same tables: memref.global
+// constants of copy rows, communication rows, per (segment, position) row
+// ranges, staging sizes and broadcast members, built once per plan.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_LIB_CONVERSION_EXCHANGETABLES_H
+#define POLYMESH_LIB_CONVERSION_EXCHANGETABLES_H
+
+#include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Planner/DeviceSchedule.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/StringMap.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace polymesh::conversion {
+
+// Internal to lib/Conversion, whose files all use MLIR's names unqualified.
+using namespace mlir;
+
+enum CopyColumn : int64_t {
+  kKind,
+  kSrcSpace,
+  kSrcOffset,
+  kDstSpace,
+  kDstOffset,
+  kRunBytes,
+  kFixedCopyColumns
+};
+/// Columns of a segment's row ranges per device.
+enum RangeColumn : int64_t {
+  kBeforeBegin,
+  kBeforeEnd,
+  kCommBegin,
+  kCommEnd,
+  kAfterBegin,
+  kAfterEnd,
+  kRangeColumns
+};
+/// Columns of a communication row.
+/// Columns of a communication row: the peer (or broadcast root) as a device
+/// id and as a rank (its position in the program's devices, or the root's
+/// index among a broadcast's members), for runtimes that address ranks.
+enum CommColumn : int64_t {
+  kCommKind,
+  kPeer,
+  kStagingOffset,
+  kBytes,
+  kPeerRank,
+  kCommColumns
+};
+
+/// The globals holding one plan's schedule.
+struct PlanTables {
+  planner::DeviceSchedule schedule;
+  std::string copies, ranges, comms, staging;
+  std::vector<std::string> members; // per segment; empty when unused
+  bool hasAccumulate = false;
+  bool hasZero = false;
+};
+
+/// Builds (once per plan) and finds the tables of exchanges in `module`.
+class PlanTableBuilder {
+public:
+  /// Collects every partitioned function's device list.
+  explicit PlanTableBuilder(mlir::ModuleOp module);
+  mlir::FailureOr<PlanTables *> tablesFor(ExchangeOp op);
+  /// The sorted devices of the global function `op` belongs to.
+  const std::vector<int64_t> &devicesOf(mlir::Operation *op);
+  /// A private constant memref.global of i64; returns its name.
+  std::string addGlobal(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
+                        llvm::ArrayRef<int64_t> values);
+  mlir::MemRefType globalType(const std::string &name);
+
+private:
+  mlir::ModuleOp module;
+  mlir::SymbolTableCollection symbols;
+  std::map<std::string, PlanTables> plans;
+  llvm::StringMap<std::vector<int64_t>> devices;
+};
+
+/// Declares (once) an external LLVM function with a C signature.
+mlir::LLVM::LLVMFuncOp declareFunction(mlir::ModuleOp module,
+                                       llvm::StringRef name, mlir::Type result,
+                                       llvm::ArrayRef<mlir::Type> args);
+
+/// Erases plan functions and meshes, drops polymesh attributes, and fails
+/// with a diagnostic on any polymesh op left. With `readOnlyArguments`, the
+/// tensor arguments of partitioned functions are marked not writable for
+/// bufferization.
+mlir::LogicalResult finishPartitionedModule(mlir::ModuleOp module,
+                                            bool readOnlyArguments);
+
+/// Emits code with a builder positioned inside one exchange's lowering.
+class Emitter {
+public:
+  Emitter(OpBuilder &builder, Location loc) : b(builder), loc(loc) {}
+
+  Value i64(int64_t value) {
+    return arith::ConstantIntOp::create(b, loc, value, 64);
+  }
+  Value index(int64_t value) {
+    return arith::ConstantIndexOp::create(b, loc, value);
+  }
+  Value toIndex(Value value) {
+    return arith::IndexCastOp::create(b, loc, b.getIndexType(), value);
+  }
+  Value toI64(Value value) {
+    return arith::IndexCastOp::create(b, loc, b.getI64Type(), value);
+  }
+  Value address(Value memref) {
+    Value pointer =
+        memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref);
+    return toI64(pointer);
+  }
+  Value pointer(Value address) {
+    return LLVM::IntToPtrOp::create(b, loc,
+                                    LLVM::LLVMPointerType::get(b.getContext()),
+                                    address);
+  }
+  Value global(StringRef name, ArrayRef<int64_t> shape) {
+    auto type = MemRefType::get(shape, b.getI64Type());
+    return memref::GetGlobalOp::create(b, loc, type, name);
+  }
+  Value load(Value table, ValueRange indices) {
+    return memref::LoadOp::create(b, loc, table, indices);
+  }
+  Value add(Value a, Value c) { return arith::AddIOp::create(b, loc, a, c); }
+  Value mul(Value a, Value c) { return arith::MulIOp::create(b, loc, a, c); }
+  Value eq(Value a, int64_t value) {
+    return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, a,
+                                 i64(value));
+  }
+  void call(LLVM::LLVMFuncOp function, ValueRange args) {
+    LLVM::CallOp::create(b, loc, function, args);
+  }
+  /// Runs `body` with the builder inside a loop over [lower, upper).
+  void loop(Value lower, Value upper, llvm::function_ref<void(mlir::Value)> body) {
+    auto forOp = scf::ForOp::create(b, loc, lower, upper, index(1));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(forOp.getBody()->getTerminator());
+    body(forOp.getInductionVar());
+  }
+  void ifThenElse(Value condition, llvm::function_ref<void()> thenBody,
+                  llvm::function_ref<void()> elseBody = nullptr) {
+    auto ifOp = scf::IfOp::create(b, loc, condition,
+                                  /*withElseRegion=*/static_cast<bool>(elseBody));
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
+    thenBody();
+    if (elseBody) {
+      b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
+      elseBody();
+    }
+  }
+
+  OpBuilder &b;
+  Location loc;
+};
+
+} // namespace polymesh::conversion
+
+#endif // POLYMESH_LIB_CONVERSION_EXCHANGETABLES_H
