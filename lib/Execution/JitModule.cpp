@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Execution/JitModule.h"
+#include "polymesh/Runtime/PolymeshRuntime.h"
 
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -12,6 +13,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "llvm/ExecutionEngine/Orc/Mangling.h"
 #include "llvm/Support/TargetSelect.h"
 
 #include <cstdint>
@@ -62,6 +64,40 @@ std::vector<int64_t> makeDescriptor(const HostTensor &tensor) {
   return words;
 }
 
+/// Every function of the runtime's C ABI by its C name, so that generated
+/// code that declares them (`llvm.func @polymesh_rt_send(...)`) links
+/// against this process's copy.
+llvm::orc::SymbolMap runtimeSymbols(llvm::orc::MangleAndInterner interner) {
+  llvm::orc::SymbolMap symbols;
+  auto add = [&](const char *name, auto *function) {
+    symbols[interner(name)] = llvm::orc::ExecutorSymbolDef(
+        llvm::orc::ExecutorAddr::fromPtr(
+            reinterpret_cast<void *>(function)),
+        llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+  };
+#define POLYMESH_RT_SYMBOL(name) add(#name, &name)
+  POLYMESH_RT_SYMBOL(polymesh_rt_create_loopback);
+  POLYMESH_RT_SYMBOL(polymesh_rt_destroy);
+  POLYMESH_RT_SYMBOL(polymesh_rt_last_error);
+  POLYMESH_RT_SYMBOL(polymesh_rt_status);
+  POLYMESH_RT_SYMBOL(polymesh_rt_num_devices);
+  POLYMESH_RT_SYMBOL(polymesh_rt_device_id);
+  POLYMESH_RT_SYMBOL(polymesh_rt_dtype_size);
+  POLYMESH_RT_SYMBOL(polymesh_rt_group_start);
+  POLYMESH_RT_SYMBOL(polymesh_rt_group_end);
+  POLYMESH_RT_SYMBOL(polymesh_rt_send);
+  POLYMESH_RT_SYMBOL(polymesh_rt_recv);
+  POLYMESH_RT_SYMBOL(polymesh_rt_broadcast);
+  POLYMESH_RT_SYMBOL(polymesh_rt_all_gather);
+  POLYMESH_RT_SYMBOL(polymesh_rt_all_to_all);
+  POLYMESH_RT_SYMBOL(polymesh_rt_all_reduce);
+  POLYMESH_RT_SYMBOL(polymesh_rt_reduce_scatter);
+  POLYMESH_RT_SYMBOL(polymesh_rt_copy);
+  POLYMESH_RT_SYMBOL(polymesh_rt_run_devices);
+#undef POLYMESH_RT_SYMBOL
+  return symbols;
+}
+
 } // namespace
 
 void polymesh::execution::registerJitTranslations(DialectRegistry &registry) {
@@ -95,6 +131,8 @@ JitModule::create(ModuleOp module, const JitOptions &options) {
   auto engine = ExecutionEngine::create(module, engineOptions);
   if (!engine)
     return engine.takeError();
+  // Before any lookup: the first one links the module.
+  (*engine)->registerSymbols(runtimeSymbols);
   return std::unique_ptr<JitModule>(new JitModule(std::move(*engine)));
 }
 
@@ -111,8 +149,24 @@ llvm::Error JitModule::prepare(llvm::StringRef name) {
 llvm::Error JitModule::call(llvm::StringRef name,
                             llvm::ArrayRef<const HostTensor *> inputs,
                             llvm::ArrayRef<HostTensor *> outputs) {
+  return call(name, /*scalars=*/{}, inputs, outputs);
+}
+
+llvm::Error JitModule::call(llvm::StringRef name,
+                            llvm::ArrayRef<uint64_t> scalars,
+                            llvm::ArrayRef<const HostTensor *> inputs,
+                            llvm::ArrayRef<HostTensor *> outputs) {
+  // A prepared entry point is only read, so concurrent calls from device
+  // threads share the map safely.
+  auto entry = entryPoints.find(name);
+  if (entry == entryPoints.end()) {
+    if (llvm::Error err = prepare(name))
+      return err;
+    entry = entryPoints.find(name);
+  }
   // Descriptors first, then the pointers to them that the C interface takes,
-  // then the addresses of those pointers that the packed wrapper reads.
+  // then the addresses of those pointers (and of the scalars) that the
+  // packed wrapper reads.
   std::vector<std::vector<int64_t>> descriptors;
   descriptors.reserve(inputs.size() + outputs.size());
   for (const HostTensor *tensor : inputs)
@@ -123,11 +177,12 @@ llvm::Error JitModule::call(llvm::StringRef name,
   descriptorPointers.reserve(descriptors.size());
   for (std::vector<int64_t> &descriptor : descriptors)
     descriptorPointers.push_back(descriptor.data());
+  std::vector<uint64_t> scalarValues(scalars.begin(), scalars.end());
   llvm::SmallVector<void *> packed;
+  for (uint64_t &scalar : scalarValues)
+    packed.push_back(&scalar);
   for (void *&pointer : descriptorPointers)
     packed.push_back(&pointer);
-  if (llvm::Error err = prepare(name))
-    return err;
-  entryPoints[name](packed.data());
+  entry->second(packed.data());
   return llvm::Error::success();
 }

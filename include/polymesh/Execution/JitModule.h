@@ -6,17 +6,25 @@
 //
 // A thin layer over MLIR's ExecutionEngine (ORC): it compiles a module that
 // is already in the LLVM dialect and calls its functions on host tensors.
-// The reference runner uses it today; the sharded runner will call the
-// per-device functions of a partitioned, lowered program the same way.
+// The reference runner calls whole functions; the sharded runner calls the
+// per-device functions of a partitioned, lowered program, which take three
+// scalars first (the runtime handle, the device id and its position).
 //
-// Calling convention. Every function that is called must carry
-// `llvm.emit_c_interface` and take only memrefs with the identity layout:
-// its inputs, then one out-parameter per result, as upstream's
-// `buffer-results-to-out-params` leaves a bufferized function. The call
-// passes each HostTensor as a memref descriptor (allocated and aligned
-// pointer, offset 0, sizes, row-major strides) to the `_mlir_ciface_`
-// wrapper, through the packed wrapper that ExecutionEngine generates for it
-// (what ExecutionEngine::invokePacked calls).
+// Calling convention. Every function that is called must have been given
+// `llvm.emit_c_interface` before its lowering to LLVM (the caller's job:
+// the reference and sharded runners set it) and take, after any leading
+// 64-bit scalars, only memrefs with the identity layout: its inputs, then
+// one out-parameter per result, as upstream's `buffer-results-to-out-params`
+// leaves a bufferized function. The call passes each HostTensor as a memref
+// descriptor (allocated and aligned pointer, offset 0, sizes, row-major
+// strides) to the `_mlir_ciface_` wrapper, through the packed wrapper that
+// ExecutionEngine generates for it (what ExecutionEngine::invokePacked
+// calls).
+//
+// Runtime symbols. Generated code for sharded runs calls the runtime's C ABI
+// (`polymesh_rt_*`, PolymeshRuntime.h). The tools link it statically and do
+// not export it, so the JIT could not find it in the process: create()
+// registers every `polymesh_rt_*` function's address with the engine.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +39,7 @@
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/Error.h"
 
+#include <cstdint>
 #include <memory>
 
 namespace mlir {
@@ -71,8 +80,16 @@ public:
   /// Calls `name` with `inputs` then `outputs` as its memref arguments. The
   /// caller guarantees that element types and shapes match the function's
   /// memref types; the compiled code trusts the descriptors. Fails only when
-  /// the function or its C interface is missing.
+  /// the function or its C interface is missing. Once `name` is prepared,
+  /// calls may come from several threads at once.
   llvm::Error call(llvm::StringRef name,
+                   llvm::ArrayRef<const HostTensor *> inputs,
+                   llvm::ArrayRef<HostTensor *> outputs);
+
+  /// The same with `scalars` passed first, each as one 64-bit argument (a
+  /// pointer, an i64 or an index): a partitioned function's runtime handle,
+  /// device id and position.
+  llvm::Error call(llvm::StringRef name, llvm::ArrayRef<uint64_t> scalars,
                    llvm::ArrayRef<const HostTensor *> inputs,
                    llvm::ArrayRef<HostTensor *> outputs);
 
