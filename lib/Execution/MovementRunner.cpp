@@ -76,11 +76,18 @@ HostTensor validRegion(const HostTensor &tile, const planner::Box &box) {
 /// Tiles of one value, shared by the aliases of that value.
 using Tiles = std::map<int64_t, HostTensor>;
 
-Tiles zeroTiles(ElementType type, const planner::TensorLayout &layout) {
+Tiles zeroTiles(ElementType type, const planner::TensorLayout &layout,
+                TileShape shape = TileShape::Padded) {
   Tiles tiles;
-  for (int64_t p = 0, e = layout.numDevices(); p < e; ++p)
-    tiles.emplace(layout.mesh().deviceAt(p),
-                  HostTensor(type, layout.localShape()));
+  for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
+    std::vector<int64_t> extents = layout.localShape();
+    if (shape == TileShape::Exact) {
+      planner::Box box = layout.boxAtPosition(p);
+      for (size_t d = 0; d < extents.size(); ++d)
+        extents[d] = box.hi[d] - box.lo[d];
+    }
+    tiles.emplace(layout.mesh().deviceAt(p), HostTensor(type, extents));
+  }
   return tiles;
 }
 
@@ -101,13 +108,13 @@ void *dataOf(Tiles &tiles, int64_t device) {
 
 ShardedTensor execution::makeShardedInput(ElementType type,
                                           const planner::TensorLayout &layout,
-                                          uint32_t stream) {
+                                          uint32_t stream, TileShape shape) {
   // The first member of each reduction group carries the value; the others
   // start from zeros, so the partials add up to it with no rounding.
   std::set<int64_t> carriers;
   for (const std::vector<int64_t> &group : layout.reductionGroups())
     carriers.insert(group.front());
-  ShardedTensor tensor{type, layout, zeroTiles(type, layout)};
+  ShardedTensor tensor{type, layout, zeroTiles(type, layout, shape)};
   for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
     int64_t device = layout.mesh().deviceAt(p);
     if (!carriers.count(device))

@@ -92,8 +92,10 @@ std::optional<ElementType> toElementType(Type type) {
   return std::nullopt;
 }
 
-/// The signature entry of `type`, or why it is not supported.
-llvm::Expected<TensorSignature> toTensorSignature(Type type) {
+} // namespace
+
+llvm::Expected<TensorSignature>
+polymesh::execution::getTensorSignature(Type type) {
   auto tensor = dyn_cast<RankedTensorType>(type);
   auto fail = [&](llvm::StringRef why) {
     std::string text;
@@ -114,6 +116,8 @@ llvm::Expected<TensorSignature> toTensorSignature(Type type) {
       *element,
       std::vector<int64_t>(tensor.getShape().begin(), tensor.getShape().end())};
 }
+
+namespace {
 
 /// Calls `remove` with the name of every `polymesh.*` attribute in `attrs`
 /// (a copy: removing changes the list it came from).
@@ -141,7 +145,7 @@ polymesh::execution::getFunctionSignature(func::FuncOp func) {
   auto collect = [&](TypeRange types, llvm::StringRef what,
                      std::vector<TensorSignature> &out) -> llvm::Error {
     for (auto [i, t] : llvm::enumerate(types)) {
-      auto entry = toTensorSignature(t);
+      auto entry = getTensorSignature(t);
       if (!entry)
         return llvm::createStringError(
             llvm::formatv("{0} #{1} of @{2}: {3}", what, i, func.getSymName(),

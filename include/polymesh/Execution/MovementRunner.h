@@ -41,16 +41,26 @@
 namespace polymesh::execution {
 
 /// A tensor distributed over devices: every device of the layout's mesh
-/// holds a row-major tile of localShape() whose element 0 is the global
-/// index of its box lo (the plan executor's buffer model). Elements past the
-/// box (the padding of a short or empty trailing tile) mean nothing. Where
-/// the layout has unreduced axes, each tile is a partial sum and the value
-/// is the sum over every reduction group.
+/// holds a row-major tile whose element 0 is the global index of its box lo.
+/// Tiles are either padded to localShape() (the plan executor's buffer
+/// model; elements past the box, the padding of a short or empty trailing
+/// tile, mean nothing) or exact, of the box's extents (the partitioned
+/// program's local types). Where the layout has unreduced axes, each tile is
+/// a partial sum and the value is the sum over every reduction group.
 struct ShardedTensor {
   ElementType elementType;
   planner::TensorLayout layout;
   /// Per device id of the layout's mesh, its tile.
   std::map<int64_t, HostTensor> tiles;
+};
+
+/// The shape of a device's tile in a ShardedTensor.
+enum class TileShape {
+  /// localShape() on every device, short tiles padded with zeros: what the
+  /// plan executor reads and writes.
+  Padded,
+  /// The extents of the device's box (hi - lo): what partitioned code takes.
+  Exact,
 };
 
 /// Argument `stream` of the fill (InputFill.h) in `layout`: every device
@@ -60,7 +70,8 @@ struct ShardedTensor {
 /// type (adding zeros rounds nothing).
 ShardedTensor makeShardedInput(ElementType type,
                                const planner::TensorLayout &layout,
-                               uint32_t stream);
+                               uint32_t stream,
+                               TileShape shape = TileShape::Padded);
 
 /// One value of a movement-only program.
 struct MovementValue {
@@ -140,7 +151,8 @@ struct TileMismatch {
   std::string message() const;
 };
 
-/// Compares every device's tile of `actual`, its box only (not the padding),
+/// Compares every device's tile of `actual` (padded or exact), its box only
+/// (not the padding),
 /// with the same box of `reference` (HostTensor::extractBox), bit for bit,
 /// devices in ascending id order. A layout with unreduced axes is compared
 /// per reduction group, as the sum of its partials in the element type.

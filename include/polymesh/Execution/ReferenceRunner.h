@@ -58,6 +58,10 @@ struct FunctionSignature {
   std::vector<TensorSignature> results;
 };
 
+/// The signature entry of `type` when it is a static-shaped ranked tensor
+/// (without encoding) of a supported element type; otherwise why not.
+llvm::Expected<TensorSignature> getTensorSignature(mlir::Type type);
+
 /// The signature of `func` when every argument and result is a static-shaped
 /// ranked tensor (without encoding) of a supported element type; otherwise
 /// an error naming the first argument or result that is not.
