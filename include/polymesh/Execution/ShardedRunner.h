@@ -1,0 +1,158 @@
+//===- ShardedRunner.h - Sharded runs of partitioned programs ---*- C++ -*-===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// The sharded side of `polymesh-run --verify`: a program compiled the way the
+// CPU pipeline compiles it, run on the loopback runtime with one thread per
+// device, every device computing on its own tiles.
+//
+// ShardedRunner::create clones the module and runs `--polymesh-propagate`
+// and `--polymesh-plan` on the clone. From the planned global functions it
+// records what the local programs do not say: the layout of every argument
+// and result (their `polymesh.sharding` after propagation) and the bytes the
+// plans move. `--polymesh-partition` then replaces each function `@f` by the
+// class functions `@f__part<k>` (`polymesh.partition_of = "f"`,
+// `polymesh.devices`), whose signature is
+//
+//   (%rt: !llvm.ptr, %device: i64, %position: index, <local inputs>)
+//       -> (<local results>)
+//
+// with the device's exact tiles as local types (box extents; 0 in every
+// dimension outside a value's mesh). Their devices, names and local types
+// are recorded and checked against the layouts: every device of every
+// argument's and result's mesh must run exactly one class, and every local
+// type must be that device's box. Then `--polymesh-lower-to-cpu` lowers the
+// module to the LLVM dialect (class functions get `llvm.emit_c_interface`
+// first) and JitModule compiles it.
+//
+// ShardedRunner::run creates a loopback runtime over the function's devices
+// (the sorted union of its classes' devices; a device's position is its
+// index there), gives each device its input tiles filled like the
+// reference's inputs (makeShardedInput with exact tiles: with unreduced
+// axes the first device of each reduction group holds the values, the
+// others zeros) and zero-filled result tiles, and runs
+// `_mlir_ciface_f__part<k>(rt, device, position, inputs..., results...)` on
+// one thread per device (`polymesh_rt_run_devices`). Generated code does
+// not check the runtime's status codes; the run checks `polymesh_rt_status`
+// afterwards and fails with `polymesh_rt_last_error`. It also fails when a
+// device wrote into one of its input tiles (inputs are read-only). The
+// results come back as ShardedTensors (exact tiles) in the declared result
+// layouts, ready for compareWithReference.
+//
+// Failures are per function: a function that does not partition, lower or
+// compile is recorded with the first diagnostic's message, and the others
+// still run. All functions are compiled as one module when that works; when
+// it does not, each function is compiled alone to tell which ones fail.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_EXECUTION_SHARDEDRUNNER_H
+#define POLYMESH_EXECUTION_SHARDEDRUNNER_H
+
+#include "polymesh/Execution/HostTensor.h"
+#include "polymesh/Execution/JitModule.h"
+#include "polymesh/Execution/MovementRunner.h"
+#include "polymesh/Execution/ReferenceRunner.h"
+#include "polymesh/Planner/Layout.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace polymesh::execution {
+
+struct ShardedRunnerOptions {
+  JitOptions jit;
+  /// How long a blocking runtime call may wait, in milliseconds; <= 0 takes
+  /// the runtime's default (10 s).
+  int64_t timeoutMs = 0;
+};
+
+/// One local program of a partitioned function: the devices that run it and
+/// its local types (without the three leading scalars).
+struct PartitionClass {
+  /// `f__part<k>`; the JIT calls `_mlir_ciface_f__part<k>`.
+  std::string name;
+  std::vector<int64_t> devices;
+  std::vector<TensorSignature> inputs;
+  std::vector<TensorSignature> results;
+};
+
+/// What the runner knows of one global function.
+struct ShardedFunction {
+  std::string name;
+  /// The global signature, as the reference sees it.
+  FunctionSignature signature;
+  /// Per argument and per result: its layout after propagation.
+  std::vector<planner::TensorLayout> argumentLayouts;
+  std::vector<planner::TensorLayout> resultLayouts;
+  /// Sum of the planned transfers' bytesMoved (before partitioning).
+  int64_t bytesMoved = 0;
+  /// The class functions, in the order partitioning numbered them.
+  std::vector<PartitionClass> classes;
+  /// The sorted union of the classes' devices; a device's position is its
+  /// index here.
+  std::vector<int64_t> devices;
+};
+
+struct ShardedRun {
+  /// Per function result, every device's exact tile in the result's
+  /// declared layout (devices of the layout's mesh).
+  std::vector<ShardedTensor> results;
+  int64_t bytesMoved = 0;
+  /// Devices of the run: one thread each.
+  int64_t numDevices = 0;
+  /// Wall time of polymesh_rt_run_devices: thread start to join, every
+  /// device's local program. Allocating and filling tiles come before.
+  double wallMs = 0;
+};
+
+class ShardedRunner {
+public:
+  /// Compiles `functions` (each must exist with a body) of `module` for
+  /// sharded runs; `module` is not modified. Fails as a whole only when
+  /// propagation or planning fails (their errors go to the context's
+  /// handler at the ops' locations; their warnings are dropped, as the
+  /// caller has usually propagated the module itself); a function that
+  /// fails later is recorded, and run() reports why. Diagnostics of
+  /// partitioning and lowering are forwarded to the context's handler when
+  /// a function is compiled alone.
+  static llvm::Expected<std::unique_ptr<ShardedRunner>>
+  create(mlir::ModuleOp module, llvm::ArrayRef<std::string> functions,
+         const ShardedRunnerOptions &options = {});
+
+  ~ShardedRunner();
+
+  /// What was recorded for `name`, or why it cannot run sharded.
+  llvm::Expected<const ShardedFunction &> getFunction(llvm::StringRef name) const;
+
+  /// Runs `name` sharded on the deterministic inputs (argument i is stream
+  /// i). Errors: the function could not be compiled (with the first
+  /// diagnostic), or the runtime failed (its first error: a timeout,
+  /// mismatched calls, a deadlock).
+  llvm::Expected<ShardedRun> run(llvm::StringRef name);
+
+private:
+  ShardedRunner() = default;
+
+  ShardedRunnerOptions options;
+  std::vector<std::unique_ptr<JitModule>> jits;
+  llvm::StringMap<ShardedFunction> functions;
+  /// Per function: the JIT module that holds its class functions.
+  llvm::StringMap<JitModule *> jitOf;
+  /// Per function that cannot run: why.
+  llvm::StringMap<std::string> unavailable;
+};
+
+} // namespace polymesh::execution
+
+#endif // POLYMESH_EXECUTION_SHARDEDRUNNER_H

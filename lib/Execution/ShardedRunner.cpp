@@ -1,0 +1,633 @@
+//===- ShardedRunner.cpp - Sharded runs of partitioned programs -----------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// See ShardedRunner.h for the contract; the comments here say why each step
+// is there.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Execution/ShardedRunner.h"
+
+#include "polymesh/Conversion/Passes.h"
+#include "polymesh/Dialect/Polymesh/PlannerConversion.h"
+#include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+#include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Runtime/PolymeshRuntime.h"
+#include "polymesh/Transforms/Passes.h"
+
+#include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <set>
+
+using namespace mlir;
+using namespace polymesh;
+using namespace polymesh::execution;
+
+namespace {
+
+llvm::Error error(const llvm::Twine &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+/// Records the first error diagnostic while it is in scope, as one line
+/// ("file:line:col: message"). With `forward`, every diagnostic also goes
+/// on to the handler installed before (polymesh-run prints it with the
+/// source line); without, they are swallowed (a first attempt whose
+/// failures are reported again, function by function).
+class DiagnosticCapture {
+public:
+  DiagnosticCapture(MLIRContext *context, bool forward)
+      : handler(context, [this, forward](Diagnostic &diagnostic) {
+          if (diagnostic.getSeverity() == DiagnosticSeverity::Error &&
+              first.empty())
+            first = format(diagnostic);
+          return forward ? failure() : success();
+        }) {}
+
+  /// The first error, or `fallback` when none was emitted.
+  std::string firstError(llvm::StringRef fallback) const {
+    return first.empty() ? fallback.str() : first;
+  }
+
+private:
+  static std::string format(Diagnostic &diagnostic) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    if (auto loc = diagnostic.getLocation()->findInstanceOf<FileLineColLoc>())
+      os << llvm::sys::path::filename(loc.getFilename().getValue()) << ":"
+         << loc.getLine() << ":" << loc.getColumn() << ": ";
+    os << diagnostic.str();
+    return text;
+  }
+
+  std::string first;
+  ScopedDiagnosticHandler handler;
+};
+
+/// The layout of a tensor of `type` under `sharding`, or an error.
+llvm::Expected<planner::TensorLayout>
+layoutOf(SymbolTableCollection &symbols, Operation *anchor,
+         ShardingAttr sharding, Type type, const llvm::Twine &what) {
+  if (!sharding)
+    return error(what + " has no sharding after propagation");
+  MeshAttr mesh = lookupMesh(symbols, anchor, sharding.getMeshName());
+  if (!mesh)
+    return error(what + " names unknown mesh " +
+                 sharding.getMeshName().getValue());
+  auto tensor = dyn_cast<RankedTensorType>(type);
+  if (!tensor)
+    return error(what + " is not a ranked tensor");
+  DiagnosticCapture capture(anchor->getContext(), /*forward=*/false);
+  FailureOr<planner::TensorLayout> layout =
+      toTensorLayout([&] { return anchor->emitError(); }, sharding, mesh,
+                     tensor);
+  if (failed(layout))
+    return error(what + ": " + capture.firstError("invalid layout"));
+  return std::move(*layout);
+}
+
+/// What the planned global function `func` says of its own sharded run:
+/// argument and result layouts, bytes moved.
+llvm::Expected<ShardedFunction> recordGlobal(func::FuncOp func) {
+  ShardedFunction function;
+  function.name = func.getSymName().str();
+  auto signature = getFunctionSignature(func);
+  if (!signature)
+    return signature.takeError();
+  function.signature = std::move(*signature);
+  SymbolTableCollection symbols;
+  for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
+    auto layout = layoutOf(
+        symbols, func,
+        func.getArgAttrOfType<ShardingAttr>(i,
+                                            PolymeshDialect::kShardingAttrName),
+        func.getArgument(i).getType(), "argument #" + llvm::Twine(i));
+    if (!layout)
+      return layout.takeError();
+    function.argumentLayouts.push_back(std::move(*layout));
+  }
+  for (unsigned i = 0, e = func.getNumResults(); i < e; ++i) {
+    auto layout = layoutOf(
+        symbols, func,
+        func.getResultAttrOfType<ShardingAttr>(
+            i, PolymeshDialect::kShardingAttrName),
+        func.getResultTypes()[i], "result #" + llvm::Twine(i));
+    if (!layout)
+      return layout.takeError();
+    function.resultLayouts.push_back(std::move(*layout));
+  }
+  llvm::Error failure = llvm::Error::success();
+  func.walk([&](TransferOp transfer) {
+    if (failure)
+      return;
+    Type type = transfer.getResult().getType();
+    auto source =
+        layoutOf(symbols, transfer, transfer.getSource(), type, "a transfer");
+    if (!source) {
+      failure = source.takeError();
+      return;
+    }
+    auto destination = layoutOf(symbols, transfer, transfer.getDestination(),
+                                type, "a transfer");
+    if (!destination) {
+      failure = destination.takeError();
+      return;
+    }
+    function.bytesMoved +=
+        toPlannerPlan(transfer, *source, *destination).bytesMoved;
+  });
+  if (failure)
+    return std::move(failure);
+  return std::move(function);
+}
+
+/// The extents of `device`'s box of `layout`; zeros outside its mesh.
+std::vector<int64_t> tileExtents(const planner::TensorLayout &layout,
+                                 int64_t device) {
+  std::vector<int64_t> extents(layout.shape().size(), 0);
+  if (std::optional<planner::Box> box = layout.boxOfDevice(device))
+    for (size_t d = 0; d < extents.size(); ++d)
+      extents[d] = box->hi[d] - box->lo[d];
+  return extents;
+}
+
+/// Records the class functions of every function in `functions` from the
+/// partitioned `module`, and checks them against the global layouts: every
+/// device that holds a tile of an argument or result runs exactly one
+/// class, and every local type is the device's box. Errors per function.
+void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
+                   llvm::StringMap<std::string> &failures) {
+  for (auto func : module.getOps<func::FuncOp>()) {
+    auto of =
+        func->getAttrOfType<StringAttr>(PolymeshDialect::kPartitionOfAttrName);
+    if (!of || !functions.contains(of.getValue()))
+      continue;
+    llvm::StringRef global = of.getValue();
+    if (failures.contains(global))
+      continue;
+    auto fail = [&](const llvm::Twine &why) {
+      failures[global] = ("@" + func.getSymName() + ": " + why).str();
+    };
+    auto devices =
+        func->getAttrOfType<DenseI64ArrayAttr>(PolymeshDialect::kDevicesAttrName);
+    if (!devices) {
+      fail("no polymesh.devices");
+      continue;
+    }
+    const ShardedFunction &function = functions.find(global)->second;
+    FunctionType type = func.getFunctionType();
+    if (type.getNumInputs() != 3 + function.signature.arguments.size() ||
+        type.getNumResults() != function.signature.results.size()) {
+      fail(llvm::formatv("takes {0} arguments and returns {1} results; the "
+                         "global function has {2} and {3} (plus the runtime, "
+                         "device and position first)",
+                         type.getNumInputs(), type.getNumResults(),
+                         function.signature.arguments.size(),
+                         function.signature.results.size())
+               .str());
+      continue;
+    }
+    PartitionClass partition;
+    partition.name = func.getSymName().str();
+    partition.devices.assign(devices.asArrayRef().begin(),
+                             devices.asArrayRef().end());
+    std::string bad;
+    auto record = [&](TypeRange types, std::vector<TensorSignature> &out) {
+      for (Type type : types) {
+        auto local = getTensorSignature(type);
+        if (!local) {
+          bad = llvm::toString(local.takeError());
+          return;
+        }
+        out.push_back(std::move(*local));
+      }
+    };
+    record(type.getInputs().drop_front(3), partition.inputs);
+    if (bad.empty())
+      record(type.getResults(), partition.results);
+    if (!bad.empty()) {
+      fail(bad);
+      continue;
+    }
+    functions.find(global)->second.classes.push_back(std::move(partition));
+  }
+
+  for (auto &entry : functions) {
+    ShardedFunction &function = entry.second;
+    if (failures.contains(function.name))
+      continue;
+    auto fail = [&](const llvm::Twine &why) {
+      failures[function.name] = why.str();
+    };
+    std::map<int64_t, const PartitionClass *> classOf;
+    bool ok = true;
+    for (const PartitionClass &partition : function.classes)
+      for (int64_t device : partition.devices)
+        if (!classOf.emplace(device, &partition).second && ok) {
+          fail(llvm::formatv("device {0} runs two classes of @{1}", device,
+                             function.name)
+                   .str());
+          ok = false;
+        }
+    if (!ok)
+      continue;
+    function.devices.clear();
+    for (const auto &[device, partition] : classOf)
+      function.devices.push_back(device);
+
+    // Every device that holds a tile must run, with its exact tiles.
+    auto check = [&](const planner::TensorLayout &layout,
+                     const TensorSignature &global, const char *what,
+                     size_t index,
+                     const std::vector<TensorSignature> PartitionClass::*list)
+        -> bool {
+      for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
+        int64_t device = layout.mesh().deviceAt(p);
+        if (classOf.count(device))
+          continue;
+        fail(llvm::formatv("device {0} holds a tile of {1} #{2} but runs no "
+                           "class of @{3}",
+                           device, what, index, function.name)
+                 .str());
+        return false;
+      }
+      for (const auto &[device, partition] : classOf) {
+        const TensorSignature &local = (partition->*list)[index];
+        std::vector<int64_t> expected = tileExtents(layout, device);
+        if (local.elementType == global.elementType && local.shape == expected)
+          continue;
+        fail(llvm::formatv("@{0} gives device {1} a {2} tile of {3} #{4}, but "
+                           "its box in {5} is {6}",
+                           partition->name, device,
+                           formatTensorType(local.elementType, local.shape),
+                           what, index, planner::describe(layout),
+                           formatTensorType(global.elementType, expected))
+                 .str());
+        return false;
+      }
+      return true;
+    };
+    for (size_t i = 0; ok && i < function.argumentLayouts.size(); ++i)
+      ok = check(function.argumentLayouts[i], function.signature.arguments[i],
+                 "argument", i, &PartitionClass::inputs);
+    for (size_t i = 0; ok && i < function.resultLayouts.size(); ++i)
+      ok = check(function.resultLayouts[i], function.signature.results[i],
+                 "result", i, &PartitionClass::results);
+  }
+}
+
+/// Every op left outside the LLVM dialect after lowering, once per name.
+std::string unloweredOps(ModuleOp module) {
+  llvm::SmallVector<std::string> names;
+  llvm::StringSet<> seen;
+  module.walk([&](Operation *op) {
+    if (op == module.getOperation() ||
+        isa_and_nonnull<LLVM::LLVMDialect>(op->getDialect()))
+      return;
+    if (seen.insert(op->getName().getStringRef()).second)
+      names.push_back("'" + op->getName().getStringRef().str() + "'");
+  });
+  return llvm::join(names, ", ");
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Compilation
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// One attempt at compiling `names` of the planned module: partition,
+/// record, lower, JIT. On success the classes are in `functions` and the JIT
+/// module is returned; per-function problems found while recording go to
+/// `failures` (the module still compiles without them being run). A failing
+/// pass fails the attempt with the first diagnostic.
+llvm::Expected<std::unique_ptr<JitModule>>
+compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
+        llvm::StringMap<ShardedFunction> &functions,
+        llvm::StringMap<std::string> &failures, bool forwardDiagnostics,
+        const JitOptions &options) {
+  MLIRContext *context = planned.getContext();
+  OwningOpRef<ModuleOp> module(planned.clone());
+  llvm::StringSet<> selected;
+  for (const std::string &name : names)
+    selected.insert(name);
+  // Only the selected functions are partitioned and compiled: anything else
+  // becomes private, and symbol-dce drops it unless a selected function
+  // calls it (partitioning then says that calls are not followed).
+  for (auto func : module->getOps<func::FuncOp>())
+    if (!selected.contains(func.getSymName()))
+      func.setPrivate();
+
+  DiagnosticCapture capture(context, forwardDiagnostics);
+  {
+    PassManager pm(context);
+    pm.addPass(createSymbolDCEPass());
+    pm.addPass(createPolymeshPartition());
+    if (failed(pm.run(*module)))
+      return error("--polymesh-partition failed: " +
+                   capture.firstError("no diagnostic"));
+  }
+
+  llvm::StringMap<ShardedFunction> subset;
+  for (const std::string &name : names) {
+    subset[name] = functions.find(name)->second;
+    subset[name].classes.clear();
+  }
+  recordClasses(*module, subset, failures);
+  for (auto &entry : subset)
+    functions[entry.getKey()] = std::move(entry.second);
+
+  // The class functions are the entry points: each gets a C interface
+  // (the lowering marks their tensor arguments read-only itself; run()
+  // checks that the input tiles come back unchanged).
+  Builder builder(context);
+  for (auto func : module->getOps<func::FuncOp>())
+    if (func->hasAttr(PolymeshDialect::kPartitionOfAttrName) &&
+        !func.isExternal())
+      func->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                    builder.getUnitAttr());
+  {
+    PassManager pm(context);
+    pm.addPass(createPolymeshLowerToCpu());
+    if (failed(pm.run(*module)))
+      return error("--polymesh-lower-to-cpu failed: " +
+                   capture.firstError("no diagnostic"));
+  }
+  std::string left = unloweredOps(*module);
+  if (!left.empty())
+    return error("--polymesh-lower-to-cpu left ops outside the LLVM "
+                 "dialect: " +
+                 left);
+
+  auto jit = JitModule::create(*module, options);
+  if (!jit)
+    return error("JIT compilation failed: " + llvm::toString(jit.takeError()));
+  // Compile to machine code now, not inside the first (timed) run.
+  for (const std::string &name : names) {
+    if (failures.contains(name))
+      continue;
+    for (const PartitionClass &partition : functions.find(name)->second.classes)
+      if (llvm::Error err = (*jit)->prepare(partition.name))
+        return error("JIT compilation failed: " +
+                     llvm::toString(std::move(err)));
+  }
+  return std::move(*jit);
+}
+
+} // namespace
+
+ShardedRunner::~ShardedRunner() = default;
+
+llvm::Expected<std::unique_ptr<ShardedRunner>>
+ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
+                      const ShardedRunnerOptions &options) {
+  MLIRContext *context = module.getContext();
+  DialectRegistry registry;
+  registerHostLoweringDialects(registry);
+  registerReferenceDialects(registry);
+  context->appendDialectRegistry(registry);
+  context->loadDialect<bufferization::BufferizationDialect, LLVM::LLVMDialect,
+                       PolymeshDialect>();
+
+  std::unique_ptr<ShardedRunner> runner(new ShardedRunner());
+  runner->options = options;
+
+  OwningOpRef<ModuleOp> planned(module.clone());
+  {
+    // Errors go on to the caller's handler; warnings and remarks (an op
+    // without a sharding rule, say) are the caller's own propagation's to
+    // print, not to be repeated here.
+    ScopedDiagnosticHandler quiet(context, [](Diagnostic &diagnostic) {
+      return success(diagnostic.getSeverity() != DiagnosticSeverity::Error);
+    });
+    PassManager pm(context);
+    pm.addPass(createPolymeshPropagate());
+    pm.addPass(createPolymeshPlan());
+    if (failed(pm.run(*planned)))
+      return error("--polymesh-propagate and --polymesh-plan failed");
+  }
+
+  std::vector<std::string> candidates;
+  llvm::StringSet<> seen;
+  for (const std::string &name : names) {
+    if (!seen.insert(name).second)
+      continue;
+    auto func = planned->lookupSymbol<func::FuncOp>(name);
+    if (!func || func.isExternal())
+      return error("no function named @" + name + " with a body");
+    auto function = recordGlobal(func);
+    if (!function) {
+      runner->unavailable[name] = llvm::toString(function.takeError());
+      continue;
+    }
+    runner->functions[name] = std::move(*function);
+    candidates.push_back(name);
+  }
+  if (candidates.empty())
+    return std::move(runner);
+
+  // One module for every function when that compiles; otherwise each
+  // function alone, so that one that fails does not take the others along
+  // and its own diagnostics are reported.
+  llvm::StringMap<std::string> failures;
+  auto together = compile(*planned, candidates, runner->functions, failures,
+                          /*forwardDiagnostics=*/false, options.jit);
+  if (together) {
+    runner->jits.push_back(std::move(*together));
+    for (const std::string &name : candidates)
+      runner->jitOf[name] = runner->jits.back().get();
+  } else {
+    llvm::consumeError(together.takeError());
+    failures.clear();
+    for (const std::string &name : candidates) {
+      auto alone = compile(*planned, {name}, runner->functions, failures,
+                           /*forwardDiagnostics=*/true, options.jit);
+      if (!alone) {
+        failures[name] = llvm::toString(alone.takeError());
+        continue;
+      }
+      runner->jits.push_back(std::move(*alone));
+      runner->jitOf[name] = runner->jits.back().get();
+    }
+  }
+  for (auto &entry : failures) {
+    runner->unavailable[entry.getKey()] = entry.second;
+    runner->functions.erase(entry.getKey());
+    runner->jitOf.erase(entry.getKey());
+  }
+  return std::move(runner);
+}
+
+llvm::Expected<const ShardedFunction &>
+ShardedRunner::getFunction(llvm::StringRef name) const {
+  auto it = functions.find(name);
+  if (it != functions.end())
+    return it->second;
+  auto why = unavailable.find(name);
+  if (why != unavailable.end())
+    return error(why->second);
+  return error("@" + name + " is not a function the sharded runner compiled");
+}
+
+//===----------------------------------------------------------------------===//
+// Running
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// One device's share of a run: its class, position and tiles.
+struct DeviceWork {
+  const PartitionClass *partition = nullptr;
+  int64_t position = 0;
+  std::vector<HostTensor> inputs;
+  std::vector<HostTensor> results;
+};
+
+struct RunContext {
+  JitModule *jit = nullptr;
+  std::map<int64_t, DeviceWork> work;
+};
+
+/// polymesh_rt_run_devices' device function: one call of the device's
+/// class function. The JIT call fails only for a missing entry point, which
+/// create() has ruled out; a runtime error inside is seen afterwards in
+/// polymesh_rt_status.
+int32_t runDevice(PolymeshRuntime *rt, int64_t device, void *user) {
+  auto *context = static_cast<RunContext *>(user);
+  DeviceWork &work = context->work.at(device);
+  llvm::SmallVector<const HostTensor *> inputs;
+  for (const HostTensor &input : work.inputs)
+    inputs.push_back(&input);
+  llvm::SmallVector<HostTensor *> results;
+  for (HostTensor &result : work.results)
+    results.push_back(&result);
+  uint64_t scalars[] = {reinterpret_cast<uintptr_t>(rt),
+                        static_cast<uint64_t>(device),
+                        static_cast<uint64_t>(work.position)};
+  if (llvm::Error err =
+          context->jit->call(work.partition->name, scalars, inputs, results)) {
+    llvm::consumeError(std::move(err));
+    return POLYMESH_RT_INTERNAL;
+  }
+  return POLYMESH_RT_OK;
+}
+
+struct RuntimeDeleter {
+  void operator()(PolymeshRuntime *rt) const { polymesh_rt_destroy(rt); }
+};
+
+} // namespace
+
+llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
+  auto found = getFunction(name);
+  if (!found)
+    return found.takeError();
+  const ShardedFunction &function = *found;
+  ShardedRun run;
+  run.bytesMoved = function.bytesMoved;
+  run.numDevices = static_cast<int64_t>(function.devices.size());
+  // No tensor anywhere: nothing runs, nothing can differ.
+  if (function.devices.empty())
+    return run;
+
+  RunContext context;
+  context.jit = jitOf.lookup(name);
+  for (const PartitionClass &partition : function.classes)
+    for (int64_t device : partition.devices) {
+      DeviceWork &work = context.work[device];
+      work.partition = &partition;
+      work.position =
+          std::lower_bound(function.devices.begin(), function.devices.end(),
+                           device) -
+          function.devices.begin();
+    }
+
+  // Inputs: every device fills its box of every argument, as the reference
+  // holds it; devices outside an argument's mesh get an empty tile.
+  for (size_t i = 0; i < function.argumentLayouts.size(); ++i) {
+    const TensorSignature &argument = function.signature.arguments[i];
+    ShardedTensor input =
+        makeShardedInput(argument.elementType, function.argumentLayouts[i],
+                         static_cast<uint32_t>(i), TileShape::Exact);
+    for (auto &[device, work] : context.work) {
+      auto tile = input.tiles.find(device);
+      if (tile != input.tiles.end())
+        work.inputs.push_back(std::move(tile->second));
+      else
+        work.inputs.emplace_back(argument.elementType,
+                                 work.partition->inputs[i].shape);
+    }
+  }
+  for (auto &[device, work] : context.work)
+    for (const TensorSignature &result : work.partition->results)
+      work.results.emplace_back(result.elementType, result.shape);
+
+  std::unique_ptr<PolymeshRuntime, RuntimeDeleter> rt(
+      polymesh_rt_create_loopback(function.devices.data(),
+                                  static_cast<int64_t>(function.devices.size()),
+                                  options.timeoutMs));
+  if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
+    return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
+
+  auto start = std::chrono::steady_clock::now();
+  int32_t code = polymesh_rt_run_devices(rt.get(), runDevice, &context);
+  auto stop = std::chrono::steady_clock::now();
+  // Generated code does not check statuses: the runtime's first error is
+  // the run's.
+  if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
+    return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
+  if (code != POLYMESH_RT_OK)
+    return error("runtime: polymesh_rt_run_devices returned status " +
+                 llvm::Twine(code));
+  run.wallMs = std::chrono::duration<double, std::milli>(stop - start).count();
+
+  // Inputs are read-only: a local program that wrote into an input tile
+  // would corrupt a value that other ops (or the caller) still read.
+  for (size_t i = 0; i < function.argumentLayouts.size(); ++i) {
+    ShardedTensor fresh = makeShardedInput(
+        function.signature.arguments[i].elementType,
+        function.argumentLayouts[i], static_cast<uint32_t>(i),
+        TileShape::Exact);
+    for (auto &[device, tile] : fresh.tiles) {
+      const HostTensor &used = context.work.at(device).inputs[i];
+      if (tile.getSizeInBytes() == 0 && used.getSizeInBytes() == 0)
+        continue;
+      if (used.getSizeInBytes() != tile.getSizeInBytes() ||
+          std::memcmp(used.getData(), tile.getData(),
+                      static_cast<size_t>(tile.getSizeInBytes())) != 0)
+        return error("device " + llvm::Twine(device) +
+                     " wrote into its input tile of argument #" +
+                     llvm::Twine(i));
+    }
+  }
+
+  for (size_t r = 0; r < function.resultLayouts.size(); ++r) {
+    const planner::TensorLayout &layout = function.resultLayouts[r];
+    ShardedTensor result{function.signature.results[r].elementType, layout, {}};
+    for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
+      int64_t device = layout.mesh().deviceAt(p);
+      result.tiles.emplace(device,
+                           std::move(context.work.at(device).results[r]));
+    }
+    run.results.push_back(std::move(result));
+  }
+  return run;
+}

@@ -1,0 +1,276 @@
+//===- ShardedRunnerTest.cpp - Partitioned programs run sharded -----------===//
+//
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// Each test compiles a small program for sharded runs (propagate, plan,
+// partition, lower to the CPU, JIT), checks what the runner recorded of its
+// class functions (devices, positions, exact local types), runs it on the
+// loopback runtime and compares every device's result tiles with the
+// unsharded reference bit for bit. test/Run/verify-compute.mlir covers the
+// ops; these tests cover the runner's own bookkeeping and its errors.
+//
+//===----------------------------------------------------------------------===//
+
+#include "polymesh/Execution/ShardedRunner.h"
+#include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+#include "polymesh/Execution/InputFill.h"
+#include "polymesh/Execution/ReferenceRunner.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/ShardingInterfaceImpl.h"
+#include "mlir/Dialect/Func/Extensions/ShardingExtensions.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Linalg/Transforms/ShardingInterfaceImpl.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/Dialect/Tensor/IR/ShardingInterfaceImpl.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Tosa/IR/ShardingInterfaceImpl.h"
+#include "mlir/Dialect/Tosa/IR/TosaOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include "gtest/gtest.h"
+
+using namespace mlir;
+using namespace polymesh::execution;
+
+namespace {
+
+class ShardedRunnerTest : public ::testing::Test {
+protected:
+  ShardedRunnerTest() {
+    // What polymesh-run registers, sharding models included, so that
+    // propagation decides as it does there.
+    DialectRegistry registry;
+    registry.insert<polymesh::PolymeshDialect, arith::ArithDialect,
+                    func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
+                    shard::ShardDialect, tensor::TensorDialect,
+                    tosa::TosaDialect>();
+    arith::registerShardingInterfaceExternalModels(registry);
+    func::registerShardingInterfaceExternalModels(registry);
+    linalg::registerShardingInterfaceExternalModels(registry);
+    tensor::registerShardingInterfaceExternalModels(registry);
+    tosa::registerShardingInterfaceExternalModels(registry);
+    registerReferenceDialects(registry);
+    context.appendDialectRegistry(registry);
+    context.getDiagEngine().registerHandler([this](Diagnostic &diag) {
+      diagnostics += diag.str() + "\n";
+      return success();
+    });
+  }
+
+  /// Parses `source` and compiles `functions` for sharded runs.
+  std::unique_ptr<ShardedRunner>
+  compile(llvm::StringRef source, llvm::ArrayRef<std::string> functions) {
+    module = parseSourceString<ModuleOp>(source, &context);
+    if (!module) {
+      ADD_FAILURE() << diagnostics;
+      return nullptr;
+    }
+    auto runner = ShardedRunner::create(*module, functions);
+    if (!runner) {
+      ADD_FAILURE() << llvm::toString(runner.takeError()) << "\n"
+                    << diagnostics;
+      return nullptr;
+    }
+    return std::move(*runner);
+  }
+
+  /// Runs `name` sharded and on the reference, and expects every device's
+  /// tile of every result to match. Returns the sharded run.
+  ShardedRun runAndCompare(ShardedRunner &sharded, const std::string &name) {
+    auto reference = ReferenceRunner::create(*module, {name});
+    if (!reference) {
+      ADD_FAILURE() << llvm::toString(reference.takeError());
+      return {};
+    }
+    auto signature = (*reference)->getSignature(name);
+    if (!signature) {
+      ADD_FAILURE() << llvm::toString(signature.takeError());
+      return {};
+    }
+    std::vector<HostTensor> inputs;
+    for (auto [i, argument] : llvm::enumerate(signature->arguments))
+      inputs.push_back(makeInput(argument.elementType, argument.shape, i));
+    auto expected = (*reference)->run(name, inputs);
+    if (!expected) {
+      ADD_FAILURE() << llvm::toString(expected.takeError());
+      return {};
+    }
+    auto run = sharded.run(name);
+    if (!run) {
+      ADD_FAILURE() << llvm::toString(run.takeError());
+      return {};
+    }
+    EXPECT_EQ(run->results.size(), expected->size());
+    for (size_t r = 0; r < run->results.size() && r < expected->size(); ++r) {
+      std::optional<TileMismatch> mismatch =
+          compareWithReference((*expected)[r], run->results[r]);
+      EXPECT_FALSE(mismatch) << "result #" << r << ": " << mismatch->message();
+    }
+    return std::move(*run);
+  }
+
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module;
+  std::string diagnostics;
+};
+
+TEST_F(ShardedRunnerTest, UnevenTilesMakeClassesWithExactLocalTypes) {
+  // 10 rows over 4 devices: tiles of 3, 3, 3 and 1 rows, so two classes.
+  auto runner = compile(R"mlir(
+    polymesh.mesh @m4 = <["x"=4]>
+    func.func @neg(%a: tensor<10x4xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>}) -> tensor<10x4xf32> {
+      %0 = arith.negf %a : tensor<10x4xf32>
+      return %0 : tensor<10x4xf32>
+    }
+  )mlir",
+                        {"neg"});
+  ASSERT_TRUE(runner);
+  auto function = runner->getFunction("neg");
+  ASSERT_TRUE(bool(function)) << llvm::toString(function.takeError());
+  EXPECT_EQ(function->devices, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(function->bytesMoved, 0);
+  ASSERT_EQ(function->classes.size(), 2u);
+  EXPECT_EQ(function->classes[0].name, "neg__part0");
+  EXPECT_EQ(function->classes[0].devices, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(function->classes[0].inputs[0].shape,
+            (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(function->classes[0].results[0].shape,
+            (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(function->classes[1].devices, (std::vector<int64_t>{3}));
+  EXPECT_EQ(function->classes[1].inputs[0].shape,
+            (std::vector<int64_t>{1, 4}));
+
+  ShardedRun run = runAndCompare(*runner, "neg");
+  EXPECT_EQ(run.numDevices, 4);
+  ASSERT_EQ(run.results.size(), 1u);
+  // Result tiles are exact: the short tile is not padded.
+  EXPECT_EQ(run.results[0].tiles.at(3).getShape(),
+            (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(run.results[0].tiles.at(0).getShape(),
+            (std::vector<int64_t>{3, 4}));
+}
+
+TEST_F(ShardedRunnerTest, DevicesOutsideAMeshHoldEmptyTiles) {
+  // The argument lives on device 5 only; the result on devices 0-3.
+  auto runner = compile(R"mlir(
+    polymesh.mesh @m4 = <["x"=4]>
+    polymesh.mesh @dev5 = <[], device_ids=[5]>
+    func.func @move(%a: tensor<8x4xi32> {polymesh.sharding = #polymesh.sharding<@dev5, [{}, {}]>})
+        -> (tensor<8x4xi32> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>}) {
+      %0 = arith.addi %a, %a : tensor<8x4xi32>
+      return %0 : tensor<8x4xi32>
+    }
+  )mlir",
+                        {"move"});
+  ASSERT_TRUE(runner);
+  auto function = runner->getFunction("move");
+  ASSERT_TRUE(bool(function)) << llvm::toString(function.takeError());
+  EXPECT_EQ(function->devices, (std::vector<int64_t>{0, 1, 2, 3, 5}));
+  // Each of devices 0-3 receives its 2x4 tile from device 5: 4 * 8 * 4.
+  EXPECT_EQ(function->bytesMoved, 128);
+  for (const PartitionClass &partition : function->classes) {
+    bool onDevice5 = partition.devices == std::vector<int64_t>{5};
+    EXPECT_EQ(partition.inputs[0].shape,
+              (onDevice5 ? std::vector<int64_t>{8, 4}
+                         : std::vector<int64_t>{0, 0}))
+        << partition.name;
+    EXPECT_EQ(partition.results[0].shape,
+              (onDevice5 ? std::vector<int64_t>{0, 0}
+                         : std::vector<int64_t>{2, 4}))
+        << partition.name;
+  }
+  ShardedRun run = runAndCompare(*runner, "move");
+  EXPECT_EQ(run.numDevices, 5);
+  EXPECT_EQ(run.bytesMoved, 128);
+}
+
+TEST_F(ShardedRunnerTest, PartialSumsAreReducedOrComparedAsSums) {
+  // The contracting dimension is sharded: @reduced all-reduces the partial
+  // sums, @partial returns them and is compared per reduction group.
+  auto runner = compile(R"mlir(
+    polymesh.mesh @m22 = <["x"=2, "y"=2]>
+    func.func @reduced(%a: tensor<4x8xf32> {polymesh.sharding = #polymesh.sharding<@m22, [{"x"}, {"y"}]>}, %b: tensor<8x4xf32>)
+        -> (tensor<4x4xf32> {polymesh.sharding = #polymesh.sharding<@m22, [{}, {}]>}) {
+      %z = arith.constant 0.0 : f32
+      %e = tensor.empty() : tensor<4x4xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<4x4xf32>) -> tensor<4x4xf32>
+      %r = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x4xf32>) outs(%f : tensor<4x4xf32>) -> tensor<4x4xf32>
+      return %r : tensor<4x4xf32>
+    }
+    func.func @partial(%a: tensor<4x8xf32> {polymesh.sharding = #polymesh.sharding<@m22, [{"x"}, {"y"}]>}, %b: tensor<8x4xf32>)
+        -> (tensor<4x4xf32> {polymesh.sharding = #polymesh.sharding<@m22, [{"x"}, {}], unreduced={"y"}>}) {
+      %z = arith.constant 0.0 : f32
+      %e = tensor.empty() : tensor<4x4xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<4x4xf32>) -> tensor<4x4xf32>
+      %r = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x4xf32>) outs(%f : tensor<4x4xf32>) -> tensor<4x4xf32>
+      return %r : tensor<4x4xf32>
+    }
+  )mlir",
+                        {"reduced", "partial"});
+  ASSERT_TRUE(runner);
+  ShardedRun reduced = runAndCompare(*runner, "reduced");
+  EXPECT_GT(reduced.bytesMoved, 0);
+  ShardedRun partial = runAndCompare(*runner, "partial");
+  EXPECT_EQ(partial.bytesMoved, 0);
+  ASSERT_EQ(partial.results.size(), 1u);
+  EXPECT_EQ(partial.results[0].tiles.size(), 4u);
+}
+
+TEST_F(ShardedRunnerTest, AFunctionThatDoesNotPartitionFailsAlone) {
+  auto runner = compile(R"mlir(
+    polymesh.mesh @m = <["x"=2]>
+    func.func private @helper(%a: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>})
+        -> (tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) {
+      %0 = arith.negf %a : tensor<8xf32>
+      return %0 : tensor<8xf32>
+    }
+    func.func @calls(%a: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>})
+        -> (tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) {
+      %0 = func.call @helper(%a) : (tensor<8xf32>) -> tensor<8xf32>
+      return %0 : tensor<8xf32>
+    }
+    func.func @fine(%a: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) -> tensor<8xf32> {
+      %0 = arith.negf %a : tensor<8xf32>
+      return %0 : tensor<8xf32>
+    }
+  )mlir",
+                        {"calls", "fine"});
+  ASSERT_TRUE(runner);
+  auto calls = runner->run("calls");
+  ASSERT_FALSE(bool(calls));
+  std::string message = llvm::toString(calls.takeError());
+  EXPECT_NE(message.find("--polymesh-partition failed"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("does not follow calls"), std::string::npos)
+      << message;
+  runAndCompare(*runner, "fine");
+
+  auto unknown = runner->run("missing");
+  ASSERT_FALSE(bool(unknown));
+  EXPECT_NE(llvm::toString(unknown.takeError()).find("not a function"),
+            std::string::npos);
+}
+
+TEST_F(ShardedRunnerTest, UnknownFunctionsAreRejected) {
+  module = parseSourceString<ModuleOp>(R"mlir(
+    polymesh.mesh @m = <["x"=2]>
+    func.func @f(%a: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) -> tensor<8xf32> {
+      return %a : tensor<8xf32>
+    }
+  )mlir",
+                                       &context);
+  ASSERT_TRUE(module);
+  auto runner = ShardedRunner::create(*module, {"g"});
+  ASSERT_FALSE(bool(runner));
+  EXPECT_NE(llvm::toString(runner.takeError()).find("no function named @g"),
+            std::string::npos);
+}
+
+} // namespace
