@@ -24,5 +24,14 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 
 tool_dirs = [config.polymesh_tools_dir, config.llvm_tools_dir]
-tools = ["polymesh-opt", "polymesh-run", "FileCheck", "not", "count", "split-file"]
+tools = ["polymesh-opt", "polymesh-run", "polymesh-translate", "FileCheck", "not",
+         "count", "split-file"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
+
+# ptxas from the CUDA toolkit checks the PTX that --polymesh-lower-to-cuda
+# generates (no GPU needed). CI installs the toolkit at /usr/local/cuda.
+import shutil
+ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+if os.path.exists(ptxas):
+    config.available_features.add("ptxas")
+    config.substitutions.append(("%ptxas", ptxas))

@@ -17,12 +17,19 @@ namespace {
 struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
   Option<std::string> target{*this, "target",
                              llvm::cl::desc("Code generation target: cpu "
-                                            "(cuda is not implemented yet)"),
+                                            "(loopback runtime) or cuda "
+                                            "(PTX kernels and NCCL)"),
                              llvm::cl::init("cpu")};
   Option<int64_t> memoryLimitBytes{
       *this, "memory-limit-bytes",
       llvm::cl::desc("Per-device staging limit of the planner (0: none)"),
       llvm::cl::init(0)};
+  Option<std::string> chip{*this, "chip",
+                           llvm::cl::desc("target=cuda: NVVM chip"),
+                           llvm::cl::init("sm_90")};
+  Option<std::string> features{*this, "features",
+                               llvm::cl::desc("target=cuda: NVPTX features"),
+                               llvm::cl::init("+ptx80")};
 };
 /// Reports an unsupported target on the module and fails: a pipeline builder
 /// that returns failure is not turned into a failing exit by every driver.
@@ -35,7 +42,7 @@ struct UnsupportedTargetPass
   void runOnOperation() final {
     getOperation().emitError()
         << "polymesh-pipeline: target '" << target
-        << "' is not supported; use target=cpu";
+        << "' is not supported; use target=cpu or target=cuda";
     signalPassFailure();
   }
   std::string target;
@@ -45,9 +52,9 @@ struct UnsupportedTargetPass
 void polymesh::registerPolymeshPipelines() {
   PassPipelineRegistration<PipelineOptions>(
       "polymesh-pipeline",
-      "Propagate, plan, partition and lower to a target (target=cpu)",
+      "Propagate, plan, partition and lower to a target (target=cpu|cuda)",
       [](OpPassManager &pm, const PipelineOptions &options) -> LogicalResult {
-        if (options.target != "cpu") {
+        if (options.target != "cpu" && options.target != "cuda") {
           pm.addPass(std::make_unique<UnsupportedTargetPass>(options.target));
           return success();
         }
@@ -56,7 +63,14 @@ void polymesh::registerPolymeshPipelines() {
         plan.memoryLimitBytes = options.memoryLimitBytes;
         pm.addPass(createPolymeshPlan(plan));
         pm.addPass(createPolymeshPartition());
-        pm.addPass(createPolymeshLowerToCpu());
+        if (options.target == "cuda") {
+          PolymeshLowerToCudaOptions cuda;
+          cuda.chip = options.chip;
+          cuda.features = options.features;
+          pm.addPass(createPolymeshLowerToCuda(cuda));
+        } else {
+          pm.addPass(createPolymeshLowerToCpu());
+        }
         return success();
       });
 }

@@ -45,6 +45,7 @@ int main(int argc, char **argv) {
 
   // --polymesh-lower-to-cpu bufferizes and lowers to LLVM in-process.
   polymesh::registerHostLoweringDialects(registry);
+  polymesh::registerCudaLoweringDialects(registry);
 
   polymesh::registerPolymeshPasses();
   polymesh::registerPolymeshConversionPasses();

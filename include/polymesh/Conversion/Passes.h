@@ -34,8 +34,12 @@ void registerHostLoweringDialects(mlir::DialectRegistry &registry);
 /// reference of polymesh-run.
 void buildHostLoweringPipeline(mlir::OpPassManager &pm);
 
-/// Registers `--polymesh-pipeline="target=cpu"`: propagate, plan, partition,
-/// lower-to-cpu.
+/// The dialects, NVVM target model and LLVM IR translations that
+/// --polymesh-lower-to-cuda (and translating its output) needs.
+void registerCudaLoweringDialects(mlir::DialectRegistry &registry);
+
+/// Registers `--polymesh-pipeline="target=cpu|cuda"`: propagate, plan, partition,
+/// then --polymesh-lower-to-cpu or --polymesh-lower-to-cuda.
 void registerPolymeshPipelines();
 
 } // namespace polymesh

@@ -54,4 +54,52 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
   }];
 }
 
+def PolymeshLowerToCuda : Pass<"polymesh-lower-to-cuda", "mlir::ModuleOp"> {
+  let summary = "Lowers partitioned data movement to PTX kernels and NCCL "
+                "calls on the host";
+  let description = [{
+    Runs after `--polymesh-partition`; the plan ops are the same as for the
+    CPU, and so are the tables (`--polymesh-lower-to-cpu` describes them).
+    What differs:
+
+    * **Buffers are GPU memory.** Each partitioned function becomes a host
+      function `(runtime, device, position, input pointers..., result
+      pointers...)` over device pointers, with `llvm.emit_c_interface`. An
+      exchange whose result is returned once writes straight into the
+      caller's buffer; other values get device memory from the runtime
+      (`polymesh_rt_device_alloc`). The function synchronizes the device's
+      stream before it returns.
+    * **Kernels.** Each copy row is one launch, on the device's stream
+      (`polymesh_rt_cuda_stream`), of a generated grid-stride kernel over
+      the row's loops and contiguous runs: 16-byte vector loads and stores
+      when both addresses, every stride and the run are 16-byte aligned
+      (checked per row at run time), bytes otherwise; zero fills and partial
+      sums (in the element type; f16/bf16 through f32) have their own
+      kernels. At most 4,096 blocks of 256 threads per launch. Kernels live
+      in one `gpu.module @polymesh_kernels` with an NVVM target (`chip`,
+      `features`) and are compiled in-process through NVVM and LLVM's NVPTX
+      backend to PTX (`gpu.binary`, `isa` format); the CUDA driver
+      JIT-compiles the PTX when the module is loaded. No nvcc.
+    * **Communication calls NCCL directly**: `ncclGroupStart`, `ncclSend` /
+      `ncclRecv` (bytes, `ncclUint8`, the peer's rank in the world
+      communicator of the program's devices), `ncclGroupEnd`; broadcast
+      steps are `ncclBroadcast` in place on the communicator of the step's
+      members. Communicators come from `polymesh_rt_nccl_comm` (created once
+      per member list and cached by the runtime).
+
+    Only data movement is lowered: an op that computes is refused with a
+    diagnostic (it would need its own kernels). The host side is left in
+    the LLVM dialect with `gpu.launch_func` on a `gpu.binary`;
+    `polymesh-translate --mlir-to-llvmir` turns it into LLVM IR whose
+    launches call the `mgpu*` wrappers, and `--polymesh-to-ptx` prints the
+    kernels' PTX.
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90\"",
+           "NVVM target chip of the kernels">,
+    Option<"features", "features", "std::string", /*default=*/"\"+ptx80\"",
+           "NVPTX features (a PTX version sm_90 accepts)">,
+  ];
+}
+
 #endif // POLYMESH_CONVERSION_PASSES_TD
