@@ -1,19 +1,24 @@
-// RUN: not polymesh-run %s --verify | FileCheck %s
+// RUN: polymesh-run %s --verify | FileCheck %s --check-prefixes=CHECK,PART
+// RUN: not polymesh-run %s --verify --sharded-path=executor | FileCheck %s --check-prefixes=CHECK,EXEC
 // RUN: polymesh-run %s --verify --entry=all_gather | FileCheck %s --check-prefix=ONE
-// RUN: not polymesh-run %s --verify --entry=compute | FileCheck %s --check-prefix=COMPUTE
+// RUN: not polymesh-run %s --verify --sharded-path=executor --entry=compute | FileCheck %s --check-prefix=COMPUTE
 // RUN: polymesh-run %polymesh_src_root/examples/orbax-single-replica-restore.mlir --entry=restore --verify \
 // RUN:   | FileCheck %s --check-prefix=ORBAX
-// RUN: not polymesh-run %polymesh_src_root/examples/orbax-single-replica-restore.mlir --verify \
+// RUN: polymesh-run %polymesh_src_root/examples/orbax-single-replica-restore.mlir --verify \
 // RUN:   | FileCheck %s --check-prefix=ORBAX-ALL
+// RUN: polymesh-run %polymesh_src_root/examples/orbax-single-replica-restore.mlir --entry=restore --verify \
+// RUN:   --sharded-path=executor | FileCheck %s --check-prefix=ORBAX
 
 // --verify on functions that only move data: after --polymesh-propagate and
 // --polymesh-plan their bodies are polymesh.transfer and
-// polymesh.sharding_constraint ops, so the plan executor alone runs them
-// sharded on the loopback backend (one thread per device of every mesh the
-// function names). Every device's tile of every result must equal the
-// reference's box bit for bit. "bytes moved" is the sum of the plans'
-// bytesMoved, checked here by hand per case. A function that computes still
-// needs partitioned code and is not verified.
+// polymesh.sharding_constraint ops. By default they run like every other
+// function, partitioned and lowered to the CPU (each transfer becomes
+// generated copies and runtime calls); with --sharded-path=executor the plan
+// executor runs each plan instead, which is the oracle for that generated
+// code: both must pass, with the same bytes moved and devices. Every
+// device's tile of every result must equal the reference's box bit for bit.
+// "bytes moved" is the sum of the plans' bytesMoved, checked here by hand
+// per case. The executor cannot run a function that computes.
 
 polymesh.mesh @m4 = <["x"=4]>
 polymesh.mesh @m8 = <["x"=8]>
@@ -119,10 +124,13 @@ func.func @scalar(%a: tensor<f64> {polymesh.sharding = #polymesh.sharding<@dev3,
   return %a : tensor<f64>
 }
 
-// Computation needs partitioned code: not verified, and a failure.
-// CHECK-NEXT: @compute: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: the sharded CPU path (--polymesh-partition) does not exist yet
-// CHECK-NEXT: 12 passed, 1 failed
-// COMPUTE:      @compute: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: the sharded CPU path (--polymesh-partition) does not exist yet
+// A function that computes: the partitioned program runs it; the plan
+// executor cannot.
+// PART-NEXT:    @compute: 1 leaf, 0 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 4 devices, PASS
+// PART-NEXT:    13 passed, 0 failed
+// EXEC-NEXT:    @compute: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: --sharded-path=executor runs only functions that move data
+// EXEC-NEXT:    12 passed, 1 failed
+// COMPUTE:      @compute: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: --sharded-path=executor runs only functions that move data
 // COMPUTE-NEXT: 0 passed, 1 failed
 func.func @compute(%a: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}]>}) -> tensor<8xf32> {
   %0 = arith.negf %a : tensor<8xf32>
@@ -132,9 +140,9 @@ func.func @compute(%a: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m4
 // The Orbax restore: replica 0 (devices 0 and 1) broadcasts its two 8 MiB
 // column halves to the 15 other replicas of the 32-device training mesh,
 // 2 * 15 * 4096 * 512 * 4 bytes. The globalize function computes
-// (expand_shape, fill) and is not verified.
+// (expand_shape, fill) on devices 0 and 5 only and moves nothing.
 // ORBAX:          @restore: 1 leaf, 251658240 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 32 devices, PASS
 // ORBAX-NEXT:     1 passed, 0 failed
-// ORBAX-ALL:      @globalize_single_replica_arrays: 2 leaves, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: the sharded CPU path (--polymesh-partition) does not exist yet
+// ORBAX-ALL:      @globalize_single_replica_arrays: 2 leaves, 0 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 2 devices, PASS
 // ORBAX-ALL-NEXT: @restore: 1 leaf, 251658240 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 32 devices, PASS
-// ORBAX-ALL-NEXT: 1 passed, 1 failed
+// ORBAX-ALL-NEXT: 2 passed, 0 failed

@@ -9,13 +9,14 @@
 // each selected public function on deterministic inputs (docs/execution.md)
 // on the unsharded reference.
 //
-// With --verify, a function whose body only moves data (planned transfers
-// and sharding constraints) also runs sharded: the plan executor carries
-// every transfer on the loopback backend, one thread per device, and every
-// device's tile of every result is compared with the reference bit for bit.
-// Functions that compute need partitioned code (--polymesh-partition), which
-// does not exist yet: they are reported as not verified and fail, rather
-// than pass anything that was not checked.
+// With --verify, every function also runs sharded as the CPU pipeline
+// compiles it: --polymesh-propagate, --polymesh-plan, --polymesh-partition
+// and --polymesh-lower-to-cpu, JIT-compiled, one thread per device on the
+// loopback runtime (ShardedRunner). Every device's tile of every result is
+// compared with the reference bit for bit. --sharded-path=executor runs
+// functions that only move data through the plan executor instead (the
+// oracle for the generated transfer code); it cannot run functions that
+// compute.
 //
 // Output: one line per function, then a summary; diagnostics on stderr.
 //
@@ -36,6 +37,7 @@
 #include "polymesh/Execution/InputFill.h"
 #include "polymesh/Execution/MovementRunner.h"
 #include "polymesh/Execution/ReferenceRunner.h"
+#include "polymesh/Execution/ShardedRunner.h"
 #include "polymesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -97,9 +99,20 @@ llvm::cl::opt<bool> printResults(
     llvm::cl::desc("Print the leading elements of every reference result"),
     llvm::cl::cat(runCategory));
 
-constexpr const char *kNotVerified =
-    "not verified: the sharded CPU path (--polymesh-partition) does not "
-    "exist yet";
+enum class ShardedPath { Partition, Executor };
+
+llvm::cl::opt<ShardedPath> shardedPath(
+    "sharded-path",
+    llvm::cl::desc("How --verify runs functions sharded"),
+    llvm::cl::values(
+        clEnumValN(ShardedPath::Partition, "partition",
+                   "the partitioned program lowered to the CPU (default)"),
+        clEnumValN(ShardedPath::Executor, "executor",
+                   "the plan executor; functions that only move data")),
+    llvm::cl::init(ShardedPath::Partition), llvm::cl::cat(runCategory));
+
+constexpr const char *kNotMovementOnly =
+    "not verified: --sharded-path=executor runs only functions that move data";
 
 void registerDialects(DialectRegistry &registry) {
   // What polymesh-opt parses, with the same ShardingInterface models so
@@ -257,37 +270,65 @@ buildMovementProgram(func::FuncOp func, const FunctionSignature &signature) {
   return program;
 }
 
-/// Runs planned, movement-only `planned` sharded and compares every
-/// device's tile of every result with `reference`. Prints the sharded part
-/// of the function's line and returns whether every tile matched.
-bool verifyMovement(func::FuncOp planned, const FunctionSignature &signature,
-                    llvm::ArrayRef<HostTensor> reference, double referenceMs) {
-  auto fail = [&](llvm::Error error) {
-    llvm::outs() << ", reference " << llvm::format("%.3f", referenceMs)
-                 << " ms, FAIL: " << llvm::toString(std::move(error)) << "\n";
-    return false;
-  };
+/// What a sharded run gives back, from either path.
+struct ShardedOutcome {
+  std::vector<ShardedTensor> results;
+  int64_t bytesMoved = 0;
+  int64_t numDevices = 0;
+  double wallMs = 0;
+};
+
+/// Runs planned, movement-only `planned` through the plan executor.
+llvm::Expected<ShardedOutcome> runMovementOnly(func::FuncOp planned,
+                                               const FunctionSignature &signature) {
+  if (!isMovementOnly(planned))
+    return makeError(kNotMovementOnly);
   llvm::Expected<MovementProgram> program =
       buildMovementProgram(planned, signature);
   if (!program)
-    return fail(program.takeError());
+    return program.takeError();
   // Runtime errors (a plan the executor rejects, a timeout, mismatched
   // calls) come back as errors with the runtime's message.
   llvm::Expected<MovementRun> run = runMovement(*program);
   if (!run)
-    return fail(run.takeError());
-  llvm::outs() << ", " << run->bytesMoved << " bytes moved, reference "
+    return run.takeError();
+  return ShardedOutcome{std::move(run->results), run->bytesMoved,
+                        run->numDevices, run->wallMs};
+}
+
+/// Runs `name` through the partitioned program lowered to the CPU.
+llvm::Expected<ShardedOutcome> runPartitioned(ShardedRunner &sharded,
+                                              llvm::StringRef name) {
+  llvm::Expected<ShardedRun> run = sharded.run(name);
+  if (!run)
+    return run.takeError();
+  return ShardedOutcome{std::move(run->results), run->bytesMoved,
+                        run->numDevices, run->wallMs};
+}
+
+/// Prints the sharded part of a function's line: the run's figures and
+/// PASS, or the first result tile that differs from `reference`, or why
+/// the run failed. Returns whether every tile matched.
+bool reportSharded(func::FuncOp func, llvm::Expected<ShardedOutcome> outcome,
+                   llvm::ArrayRef<HostTensor> reference, double referenceMs) {
+  if (!outcome) {
+    llvm::outs() << ", reference " << llvm::format("%.3f", referenceMs)
+                 << " ms, FAIL: " << llvm::toString(outcome.takeError())
+                 << "\n";
+    return false;
+  }
+  llvm::outs() << ", " << outcome->bytesMoved << " bytes moved, reference "
                << llvm::format("%.3f", referenceMs) << " ms, sharded "
-               << llvm::format("%.3f", run->wallMs) << " ms on "
-               << run->numDevices
-               << (run->numDevices == 1 ? " device" : " devices");
-  for (auto [i, result] : llvm::enumerate(run->results)) {
+               << llvm::format("%.3f", outcome->wallMs) << " ms on "
+               << outcome->numDevices
+               << (outcome->numDevices == 1 ? " device" : " devices");
+  for (auto [i, result] : llvm::enumerate(outcome->results)) {
     std::optional<TileMismatch> mismatch =
         compareWithReference(reference[i], result);
     if (!mismatch)
       continue;
     llvm::outs() << ", FAIL: result #" << i;
-    if (auto leaf = planned.getResultAttrOfType<StringAttr>(i, "polymesh.leaf"))
+    if (auto leaf = func.getResultAttrOfType<StringAttr>(i, "polymesh.leaf"))
       llvm::outs() << " (leaf \"" << leaf.getValue() << "\")";
     llvm::outs() << ": " << mismatch->message() << "\n";
     return false;
@@ -301,12 +342,13 @@ bool verifyMovement(func::FuncOp planned, const FunctionSignature &signature,
 //===----------------------------------------------------------------------===//
 
 /// Runs `func` on the deterministic inputs and prints its line (and its
-/// results with --print-results). With --verify, a movement-only function
-/// (`planned` is its planned copy) also runs sharded and is compared with
-/// the reference. Returns whether it passed: it ran and, under --verify,
-/// every tile matched.
-bool runFunction(ReferenceRunner &runner, func::FuncOp func,
-                 func::FuncOp planned) {
+/// results with --print-results). With --verify it also runs sharded:
+/// through `sharded` (the partitioned program), or with
+/// --sharded-path=executor through the plan executor on `planned` (its
+/// planned copy), and is compared with the reference. Returns whether it
+/// passed: it ran and, under --verify, every tile matched.
+bool runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
+                 func::FuncOp func, func::FuncOp planned) {
   llvm::StringRef name = func.getSymName();
   llvm::outs() << "@" << name << ": ";
   auto fail = [&](llvm::Error error) {
@@ -331,18 +373,13 @@ bool runFunction(ReferenceRunner &runner, func::FuncOp func,
   size_t leaves = signature->results.size();
   llvm::outs() << leaves << (leaves == 1 ? " leaf" : " leaves");
   bool passed = true;
-  if (verifyResults && isMovementOnly(planned)) {
-    passed = verifyMovement(planned, *signature, *results, ms);
+  if (verifyResults) {
+    passed = reportSharded(func,
+                           sharded ? runPartitioned(*sharded, name)
+                                   : runMovementOnly(planned, *signature),
+                           *results, ms);
   } else {
-    llvm::outs() << ", reference " << llvm::format("%.3f", ms) << " ms";
-    // A function that computes has nothing to compare against until
-    // partitioned code exists; passing would claim a check that did not
-    // happen.
-    if (verifyResults) {
-      llvm::outs() << ", FAIL: " << kNotVerified;
-      passed = false;
-    }
-    llvm::outs() << "\n";
+    llvm::outs() << ", reference " << llvm::format("%.3f", ms) << " ms\n";
   }
   if (printResults) {
     for (auto [i, result] : llvm::enumerate(*results)) {
@@ -409,9 +446,30 @@ int runMain() {
     return 1;
   }
 
+  // The sharded programs of every function the reference can feed,
+  // compiled before anything runs; a function that does not partition,
+  // lower or compile fails on its own line.
+  std::unique_ptr<ShardedRunner> sharded;
+  if (verifyResults && shardedPath == ShardedPath::Partition) {
+    std::vector<std::string> runnable;
+    for (const std::string &name : *names) {
+      if (auto signature = (*runner)->getSignature(name))
+        runnable.push_back(name);
+      else
+        llvm::consumeError(signature.takeError());
+    }
+    auto created = ShardedRunner::create(*module, runnable);
+    if (!created) {
+      llvm::errs() << "error: " << llvm::toString(created.takeError()) << "\n";
+      return 1;
+    }
+    sharded = std::move(*created);
+  }
+
   int passed = 0, failedCount = 0;
   for (const std::string &name : *names) {
-    if (runFunction(**runner, module->lookupSymbol<func::FuncOp>(name),
+    if (runFunction(**runner, sharded.get(),
+                    module->lookupSymbol<func::FuncOp>(name),
                     planned->lookupSymbol<func::FuncOp>(name)))
       ++passed;
     else
@@ -431,9 +489,9 @@ int main(int argc, char **argv) {
       argc, argv,
       "polymesh-run: runs Polymesh programs on deterministic inputs\n\n"
       "Functions run on the unsharded reference (lowered by upstream MLIR "
-      "passes, JIT-compiled). With --verify, functions that only move data "
-      "also run sharded (the plan executor on the loopback backend) and are "
-      "compared tile by tile; functions that compute are reported as not "
-      "verified until partitioned code exists.\n");
+      "passes, JIT-compiled). With --verify, every function also runs "
+      "sharded (propagated, planned, partitioned and lowered to the CPU, one "
+      "thread per device on the loopback runtime) and every device's result "
+      "tiles are compared with the reference bit for bit.\n");
   return runMain();
 }
