@@ -274,8 +274,6 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
       fn("polymesh_rt_device_free", voidType, {ptrType, i64Type, ptrType});
   LLVM::LLVMFuncOp copy = fn("polymesh_rt_device_copy", i32Type,
                              {ptrType, i64Type, ptrType, ptrType, i64Type});
-  LLVM::LLVMFuncOp memset = fn("polymesh_rt_device_memset", i32Type,
-                               {ptrType, i64Type, ptrType, i64Type});
   LLVM::LLVMFuncOp commFn = fn("polymesh_rt_nccl_comm", ptrType,
                                {ptrType, i64Type, ptrType, i64Type});
   LLVM::LLVMFuncOp groupStart = fn("ncclGroupStart", i32Type, {});
@@ -307,8 +305,6 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
     call(copy, {runtime, device, scratch, src, e.i64(sourceBytes)});
     sourceAddress = toPtrInt(scratch);
   }
-  if (schedule.accumulatesIntoDestination && resultBytes > 0)
-    call(memset, {runtime, device, dst, e.i64(resultBytes)});
 
   Value stagingBytes =
       e.load(e.global(plan.staging, {numDevices}), {position});
@@ -357,6 +353,13 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         gpu::AsyncTokenType::get(builder.getContext()),
         ValueRange{streamToken});
   };
+
+  if (schedule.accumulatesIntoDestination && resultBytes > 0) {
+    // The plan adds into its destination: start from zeros (one run).
+    Value bytes = e.i64(resultBytes);
+    launch(kernels.get(KernelKind::Zero, /*outer=*/0, 1, Type()),
+           resultAddress, resultAddress, bytes, {}, bytes);
+  }
 
   auto runCopies = [&](Value begin, Value end) {
     if (!copies)

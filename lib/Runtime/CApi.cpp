@@ -4,6 +4,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CApiInternal.h"
+
 #include "polymesh/Runtime/PolymeshRuntime.h"
 #include "polymesh/Runtime/Runtime.h"
 
@@ -20,21 +22,6 @@ using polymesh::runtime::LoopbackBackend;
 using polymesh::runtime::LoopbackOptions;
 using polymesh::runtime::ReduceOp;
 
-struct PolymeshRuntime {
-  /// Null when creation failed; `createError` says why.
-  std::unique_ptr<Backend> backend;
-  absl::Status createError;
-
-  /// The first error's message, copied once so that the pointer handed out
-  /// by polymesh_rt_last_error stays valid while other threads keep calling.
-  std::mutex mu;
-  std::string lastError;
-  bool lastErrorSet = false;
-
-  absl::Status firstError() const {
-    return backend ? backend->firstError() : createError;
-  }
-};
 
 namespace {
 
@@ -84,6 +71,16 @@ membersOf(const char *call, const int64_t *members, int64_t numMembers) {
 }
 
 } // namespace
+
+PolymeshRuntime *
+polymesh::runtime::wrapBackend(std::unique_ptr<Backend> backend) {
+  auto rt = std::make_unique<PolymeshRuntime>();
+  if (backend)
+    rt->backend = std::move(backend);
+  else
+    rt->createError = absl::InvalidArgumentError("wrapBackend: null backend");
+  return rt.release();
+}
 
 extern "C" {
 

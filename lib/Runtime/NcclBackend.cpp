@@ -1593,6 +1593,29 @@ void NcclBackend::abort(const absl::Status &error) {
 // Streams and memory
 //===----------------------------------------------------------------------===//
 
+absl::StatusOr<void *>
+NcclBackend::communicatorHandle(int64_t device,
+                                absl::Span<const int64_t> members) {
+  absl::StatusOr<Device *> entered = state->enter(device);
+  if (!entered.ok())
+    return entered.status();
+  Device &d = **entered;
+  NcclState::CallGuard guard(d);
+  absl::StatusOr<Communicator *> comm =
+      state->communicator(OpKind::Broadcast, device, members);
+  if (!comm.ok())
+    return state->fail(comm.status());
+  if (!(*comm)->handles[d.index]) {
+    // Collective over the members: each creates its handle on first use,
+    // as a grouped call would.
+    if (absl::Status ok = state->setDevice(d); !ok.ok())
+      return state->failDevice(d, ok);
+    if (absl::Status made = state->createHandle(d, **comm); !made.ok())
+      return state->failDevice(d, made);
+  }
+  return static_cast<void *>((*comm)->handles[d.index]);
+}
+
 absl::StatusOr<CUstream_st *> NcclBackend::stream(int64_t device) {
   absl::StatusOr<Device *> d = state->find(device);
   if (!d.ok())

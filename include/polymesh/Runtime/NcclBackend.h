@@ -206,6 +206,11 @@ public:
 
   /// The device's communication stream: every NCCL call and staging copy
   /// of the device runs on it.
+  /// The NCCL communicator (an ncclComm_t) of `members` on `device`, for
+  /// generated code that calls NCCL itself; created on first use, which is
+  /// collective over the members (each must ask for it), and cached.
+  absl::StatusOr<void *> communicatorHandle(int64_t device,
+                                            absl::Span<const int64_t> members);
   absl::StatusOr<CUstream_st *> stream(int64_t device);
   /// Makes later communication of `device` wait for the work enqueued so
   /// far on `producer` (a pack kernel, say). Host-side enqueue only.

@@ -33,6 +33,8 @@
 #include <memory>
 #include <vector>
 
+struct PolymeshRuntime;
+
 namespace polymesh::runtime {
 
 /// Element types of reductions; values equal the POLYMESH_RT_* dtype codes.
@@ -190,6 +192,11 @@ private:
   explicit LoopbackBackend(std::unique_ptr<LoopbackState> state);
   std::unique_ptr<LoopbackState> state;
 };
+
+/// A C ABI handle (PolymeshRuntime.h) over `backend`, e.g. an NCCL backend
+/// made with options the C constructors do not take. Destroy it with
+/// polymesh_rt_destroy.
+PolymeshRuntime *wrapBackend(std::unique_ptr<Backend> backend);
 
 } // namespace polymesh::runtime
 
