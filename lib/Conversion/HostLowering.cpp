@@ -54,6 +54,34 @@
 
 using namespace mlir;
 
+namespace {
+/// Returns each value at most once per return: upstream's
+/// buffer-results-to-out-params crashes on a function that returns the same
+/// buffer twice (LLVM 22), so a repeated value is returned as a copy.
+struct DistinctResultsPass
+    : public PassWrapper<DistinctResultsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DistinctResultsPass)
+  StringRef getArgument() const final { return "polymesh-distinct-results"; }
+  void getDependentDialects(DialectRegistry &registry) const final {
+    registry.insert<bufferization::BufferizationDialect>();
+  }
+  void runOnOperation() final {
+    getOperation().walk([](func::ReturnOp ret) {
+      llvm::SmallPtrSet<Value, 8> seen;
+      OpBuilder builder(ret);
+      for (OpOperand &operand : ret->getOpOperands()) {
+        Value value = operand.get();
+        auto type = dyn_cast<RankedTensorType>(value.getType());
+        if (!type || seen.insert(value).second)
+          continue;
+        operand.set(bufferization::AllocTensorOp::create(
+            builder, ret.getLoc(), type, ValueRange{}, /*copy=*/value));
+      }
+    });
+  }
+};
+} // namespace
+
 void polymesh::registerHostLoweringDialects(DialectRegistry &registry) {
   registry.insert<polymesh::PolymeshDialect, arith::ArithDialect,
                   bufferization::BufferizationDialect, func::FuncDialect,
@@ -77,6 +105,7 @@ void polymesh::registerHostLoweringDialects(DialectRegistry &registry) {
 }
 
 void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
+  pm.addPass(std::make_unique<DistinctResultsPass>());
   // TOSA first, in the order upstream's tosa-to-linalg pipeline uses: named
   // ops, then elementwise ops, then what tosa-to-linalg leaves legal
   // (constants, reshapes and slices, control flow).

@@ -58,6 +58,12 @@ bool isZero(Value value) {
     return true;
   if (auto fill = value.getDefiningOp<linalg::FillOp>())
     return isZero(fill.getInputs().front());
+  // Moving zeros elsewhere leaves zeros (propagation may place a zero init
+  // differently and reshard it).
+  if (auto transfer = value.getDefiningOp<TransferOp>())
+    return isZero(transfer.getInput());
+  if (auto constraint = value.getDefiningOp<ShardingConstraintOp>())
+    return isZero(constraint.getInput());
   return false;
 }
 

@@ -647,9 +647,16 @@ void FunctionPropagator::applyPlacement(Operation *op, ArrayRef<Value> values,
       Value &replacement = moved[{value, target}];
       if (!replacement)
         replacement = insertReshardBefore(op, value, target);
+      // Only this operand moves: the same value may be another operand of
+      // the op in another layout (x @ x: rows on one side, replicated on
+      // the other). Values list tracked operands in operand order, so this
+      // is the value's n-th use among the op's operands.
+      unsigned occurrence = llvm::count(values.take_front(index), value);
       for (OpOperand &operand : op->getOpOperands())
-        if (operand.get() == value)
+        if (operand.get() == value && occurrence-- == 0) {
           operand.set(replacement);
+          break;
+        }
       continue;
     }
     known[value] = target;

@@ -12,6 +12,8 @@
 // stderr) after gathering their operands, so those cases check the gathers
 // and the replicated local programs, not a sharded TOSA op.
 
+polymesh.mesh @pair = <["x"=2]>
+polymesh.mesh @quad = <["x"=4]>
 polymesh.mesh @m4 = <["x"=4]>
 polymesh.mesh @m8 = <["x"=8]>
 polymesh.mesh @m22 = <["x"=2, "y"=2]>
@@ -236,4 +238,36 @@ func.func @one_device(%a: tensor<4x4xf32> {polymesh.sharding = #polymesh.shardin
   return %0, %f : tensor<4x4xf32>, tensor<4x4xf32>
 }
 
-// CHECK-NEXT: 19 passed, 0 failed
+// Regressions. One value as both operands of a matmul in two layouts (rows
+// on the left, replicated on the right): only the right operand is
+// resharded.
+// CHECK-NEXT: @square: 1 leaf, 144 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 2 devices, PASS
+func.func @square(%a: tensor<6x6xf32> {polymesh.sharding = #polymesh.sharding<@pair, [{"x"}, {}]>}) -> tensor<6x6xf32> {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<6x6xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<6x6xf32>) -> tensor<6x6xf32>
+  %r = linalg.matmul ins(%a, %a : tensor<6x6xf32>, tensor<6x6xf32>) outs(%f : tensor<6x6xf32>) -> tensor<6x6xf32>
+  return %r : tensor<6x6xf32>
+}
+
+// A contracting dimension and the result's rows on the same axis: the
+// zero init is placed by rows and resharded, and stays a zero init (a
+// reduce-scatter then sums the partials).
+// CHECK-NEXT: @rows_of_partial_sums: 1 leaf, 1536 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 4 devices, PASS
+func.func @rows_of_partial_sums(%a: tensor<8x16xf32> {polymesh.sharding = #polymesh.sharding<@quad, [{}, {"x"}]>}, %b: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@quad, [{"x"}, {}]>}) -> (tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@quad, [{"x"}, {}]>}) {
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<8x8xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x8xf32>) -> tensor<8x8xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<8x16xf32>, tensor<16x8xf32>) outs(%f : tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %r : tensor<8x8xf32>
+}
+
+// One value returned twice (upstream's buffer-results-to-out-params crashed
+// on it): each result gets its own buffer.
+// CHECK-NEXT: @returned_twice: 2 leaves, 0 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 4 devices, PASS
+func.func @returned_twice(%a: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@quad, [{"x"}]>}) -> (tensor<8xf32>, tensor<8xf32>) {
+  %s = arith.addf %a, %a : tensor<8xf32>
+  return %s, %s : tensor<8xf32>, tensor<8xf32>
+}
+
+// CHECK-NEXT: 22 passed, 0 failed
