@@ -109,15 +109,14 @@ void *dataOf(Tiles &tiles, int64_t device) {
 ShardedTensor execution::makeShardedInput(ElementType type,
                                           const planner::TensorLayout &layout,
                                           uint32_t stream, TileShape shape) {
-  // The first member of each reduction group carries the value; the others
-  // start from zeros, so the partials add up to it with no rounding.
-  std::set<int64_t> carriers;
-  for (const std::vector<int64_t> &group : layout.reductionGroups())
-    carriers.insert(group.front());
+  // One member of each reduction group carries the value, the others start
+  // from zeros, so the partials add up to it with no rounding. The carrier
+  // is the member at coordinate 0 of every unreduced axis, so that replicas
+  // of a partial hold the same data whatever the device ids' order.
   ShardedTensor tensor{type, layout, zeroTiles(type, layout, shape)};
   for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
     int64_t device = layout.mesh().deviceAt(p);
-    if (!carriers.count(device))
+    if (layout.unreducedRank(p) != 0)
       continue;
     fillTile(tensor.tiles.at(device), layout.shape(),
              layout.boxAtPosition(p).lo, stream);

@@ -313,6 +313,14 @@ int64_t tileStart(int64_t i, int64_t t, int64_t extent) {
 }
 } // namespace
 
+int64_t TensorLayout::unreducedRank(int64_t position) const {
+  std::vector<int64_t> coords = mesh_.coordinates(position);
+  int64_t rank = 0;
+  for (const AxisRef &ref : sharding_.unreduced)
+    rank = rank * ref.size + ref.coordinate(mesh_, coords);
+  return rank;
+}
+
 Box TensorLayout::boxAtPosition(int64_t position) const {
   std::vector<int64_t> index = shardIndex(position);
   Box box;

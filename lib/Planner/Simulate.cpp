@@ -86,12 +86,15 @@ int64_t HostBuffer::offsetOf(const std::vector<int64_t> &index) const {
 }
 
 std::map<int64_t, HostBuffer> makeSourceBuffers(const TensorLayout &source) {
-  // Rank of each device in its reduction group and the group's size.
+  // Each device's index in its reduction group (by its coordinates on the
+  // unreduced axes, so that replicas hold the same partial) and the
+  // group's size.
   std::map<int64_t, std::pair<int64_t, int64_t>> partial;
-  for (const std::vector<int64_t> &group : source.reductionGroups())
-    for (size_t j = 0; j < group.size(); ++j)
-      partial[group[j]] = {static_cast<int64_t>(j),
-                           static_cast<int64_t>(group.size())};
+  int64_t groupSize = 1;
+  for (const AxisRef &ref : source.sharding().unreduced)
+    groupSize *= ref.size;
+  for (int64_t p = 0, e = source.numDevices(); p < e; ++p)
+    partial[source.mesh().deviceAt(p)] = {source.unreducedRank(p), groupSize};
   std::map<int64_t, HostBuffer> buffers;
   for (int64_t p = 0, e = source.numDevices(); p < e; ++p) {
     int64_t device = source.mesh().deviceAt(p);

@@ -608,6 +608,25 @@ TEST(TensorLayoutTest, ReplicaAndReductionGroupsWithUnreducedAxis) {
   EXPECT_EQ(layout.reductionGroups(), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
 }
 
+TEST(TensorLayoutTest, UnreducedRankFollowsCoordinatesNotIds) {
+  // As above, with ids that reverse the order of "b" on one replica: the
+  // partial a device holds must not depend on how its group sorts by id,
+  // or replicas (same a and b, other c) would hold different partials.
+  Mesh mesh = makeMesh({{"a", 2}, {"b", 2}, {"c", 2}},
+                       {0, 1, 2, 3, 6, 5, 4, 7});
+  ASSERT_LAYOUT(layout, mesh,
+                sharding({dim({axis(mesh, "a")})}, {}, {axis(mesh, "b")}),
+                std::vector<int64_t>{4});
+  for (int64_t p = 0; p < 8; ++p)
+    EXPECT_EQ(layout.unreducedRank(p), (p / 2) % 2) << "position " << p;
+  // Replicas agree on the rank.
+  for (const std::vector<int64_t> &group : layout.replicaGroups()) {
+    int64_t first = layout.unreducedRank(*mesh.positionOf(group.front()));
+    for (int64_t device : group)
+      EXPECT_EQ(layout.unreducedRank(*mesh.positionOf(device)), first);
+  }
+}
+
 TEST(TensorLayoutTest, GroupsWithUnreducedSubAxis) {
   // "x"=8 with the middle factor (2)2 unreduced: devices c and c ^ 2 hold
   // the two partial sums.

@@ -162,6 +162,12 @@ public:
   std::vector<int64_t> shardIndex(int64_t position) const;
   /// Box held by the device at mesh position `position` (may be empty).
   Box boxAtPosition(int64_t position) const;
+  /// Index of the device at mesh position `position` within its reduction
+  /// group: its coordinates on the unreduced axes, in their listed order,
+  /// as a mixed-radix number (0 when nothing is unreduced). Replicas (same
+  /// shard, other coordinates on replicating axes) have the same index, so
+  /// the partial a device holds is the same on every replica.
+  int64_t unreducedRank(int64_t position) const;
   /// Box held by `deviceId`, or nullopt when the mesh does not hold it.
   std::optional<Box> boxOfDevice(int64_t deviceId) const;
 
