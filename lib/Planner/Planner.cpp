@@ -91,6 +91,69 @@ namespace {
 // Helpers
 //===----------------------------------------------------------------------===//
 
+/// a * b, or INT64_MAX when that overflows (both non-negative).
+int64_t saturatingMul(int64_t a, int64_t b) {
+  std::optional<int64_t> product = checkedMul(a, b);
+  return product ? *product : INT64_MAX;
+}
+
+/// a + b, or INT64_MAX when that overflows (both non-negative).
+int64_t saturatingAdd(int64_t a, int64_t b) {
+  return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+/// Counts the transfers and (transfer, receiver) pairs of a plan while it
+/// is built, so that a plan over kMaxPlanTransfers or kMaxPlanReceivers is
+/// refused as soon as it is known to be, not after it filled the memory.
+class PlanBudget {
+public:
+  /// Adds entries; false once either total is over its limit.
+  bool add(int64_t transfers, int64_t receivers) {
+    transfers_ = saturatingAdd(transfers_, transfers);
+    receivers_ = saturatingAdd(receivers_, receivers);
+    return transfers_ <= kMaxPlanTransfers && receivers_ <= kMaxPlanReceivers;
+  }
+
+  absl::Status error() const {
+    if (transfers_ > kMaxPlanTransfers)
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the plan would hold more than ", kMaxPlanTransfers,
+          " transfers (the limit, docs/limits.md); a larger memory limit "
+          "or fewer devices make fewer"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the plan would deliver to more than ", kMaxPlanReceivers,
+                     " receivers in all (the limit, docs/limits.md); fewer "
+                     "devices make fewer"));
+  }
+
+private:
+  int64_t transfers_ = 0;
+  int64_t receivers_ = 0;
+};
+
+/// How many sub-boxes splitBox(box, maxElements) returns, without making
+/// them; saturates at INT64_MAX.
+int64_t splitBoxCount(const Box &box, int64_t maxElements) {
+  int64_t total = box.numElements();
+  if (total == 0)
+    return 0;
+  if (total <= maxElements)
+    return 1;
+  size_t rank = box.lo.size();
+  std::vector<int64_t> inner(rank, 1);
+  for (size_t i = rank - 1; i-- > 0;)
+    inner[i] = inner[i + 1] * (box.hi[i + 1] - box.lo[i + 1]);
+  size_t cut = 0;
+  while (inner[cut] > maxElements)
+    ++cut;
+  int64_t rowsPerPart = maxElements / inner[cut];
+  int64_t rows = box.hi[cut] - box.lo[cut];
+  int64_t count = rows / rowsPerPart + (rows % rowsPerPart != 0);
+  for (size_t d = 0; d < cut; ++d)
+    count = saturatingMul(count, box.hi[d] - box.lo[d]);
+  return count;
+}
+
 bool containsRef(const std::vector<AxisRef> &refs, const AxisRef &ref) {
   return std::find(refs.begin(), refs.end(), ref) != refs.end();
 }
@@ -598,7 +661,8 @@ std::optional<Sharding> reduceScatterSharding(const TensorLayout &source,
 absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
                                              const TensorLayout &destination,
                                              const UnreducedSplit &split,
-                                             int64_t elementBytes) {
+                                             int64_t elementBytes,
+                                             PlanBudget &budget) {
   ReductionPhase phase;
   Sharding groupSharding = source.sharding();
   groupSharding.unreduced = split.reduce;
@@ -645,14 +709,11 @@ absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
     phase.reduced = *layout;
   }
 
-  for (const std::vector<int64_t> &members : groups) {
-    int64_t n = static_cast<int64_t>(members.size());
-    Box box = source.boxAtPosition(positionOf[members.front()]);
-    if (n < 2 || box.empty())
-      continue;
-    // pieces[i] is reduced onto owners[i].
-    std::vector<Box> pieces;
-    std::vector<int64_t> owners;
+  // pieces[i] is reduced onto owners[i].
+  auto piecesOf = [&](const std::vector<int64_t> &members, const Box &box,
+                      std::vector<Box> &pieces, std::vector<int64_t> &owners) {
+    pieces.clear();
+    owners.clear();
     if (phase.kind == StepKind::ReduceScatter) {
       for (int64_t member : members) {
         Box piece = phase.reduced->boxAtPosition(positionOf[member]);
@@ -662,9 +723,34 @@ absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
         }
       }
     } else {
-      pieces = splitEvenly(box, n);
+      pieces = splitEvenly(box, static_cast<int64_t>(members.size()));
       owners.assign(members.begin(), members.begin() + pieces.size());
     }
+  };
+  // Count the steps' transfers before making any: phase 0, every member
+  // sends each piece it does not own; phase 1 (an all-reduce), each owner
+  // sends its piece to the n - 1 others.
+  std::vector<Box> pieces;
+  std::vector<int64_t> owners;
+  for (const std::vector<int64_t> &members : groups) {
+    int64_t n = static_cast<int64_t>(members.size());
+    Box box = source.boxAtPosition(positionOf[members.front()]);
+    if (n < 2 || box.empty())
+      continue;
+    piecesOf(members, box, pieces, owners);
+    int64_t p = static_cast<int64_t>(pieces.size());
+    bool gathers = phase.kind == StepKind::AllReduce;
+    if (!budget.add(n * p - p + (gathers ? p : 0),
+                    n * p - p + (gathers ? p * (n - 1) : 0)))
+      return budget.error();
+  }
+
+  for (const std::vector<int64_t> &members : groups) {
+    int64_t n = static_cast<int64_t>(members.size());
+    Box box = source.boxAtPosition(positionOf[members.front()]);
+    if (n < 2 || box.empty())
+      continue;
+    piecesOf(members, box, pieces, owners);
     Step step{phase.kind, 0, members, {}};
     for (int64_t member : members)
       for (size_t i = 0; i < pieces.size(); ++i) {
@@ -779,9 +865,10 @@ void assignHolders(std::vector<Item> &items, int64_t numHolders,
   }
 }
 
-ReshardPhase planReshardPhase(const TensorLayout &from, const TensorLayout &to,
-                              const UnreducedSplit &split, int64_t elementBytes,
-                              const DeviceIndex &index) {
+absl::StatusOr<ReshardPhase>
+planReshardPhase(const TensorLayout &from, const TensorLayout &to,
+                 const UnreducedSplit &split, int64_t elementBytes,
+                 const DeviceIndex &index, PlanBudget &budget) {
   ReshardPhase phase;
   TileGrid src(from, split.kept), dst(to, split.kept);
   int32_t numDense = index.size();
@@ -826,9 +913,12 @@ ReshardPhase planReshardPhase(const TensorLayout &from, const TensorLayout &to,
       continue;
     }
     const Box &box = phase.destinationShardBox[shard];
-    if (!box.empty())
-      phase.zeroFills.push_back(
-          {id, {id}, box, box.numElements() * elementBytes});
+    if (box.empty())
+      continue;
+    if (!budget.add(1, 1))
+      return budget.error();
+    phase.zeroFills.push_back(
+        {id, {id}, box, box.numElements() * elementBytes});
   }
 
   // Lower bound, from the layouts alone: every device must receive the part
@@ -848,6 +938,28 @@ ReshardPhase planReshardPhase(const TensorLayout &from, const TensorLayout &to,
   // that overlap it: per dim a contiguous range of source shard indices.
   // Items of one source tile come out grouped by piece, receivers in id
   // order.
+  // Each needer of a destination tile receives (or copies) every piece of
+  // it: count them before making any. The transfers that carry received
+  // pieces are counted once they are merged.
+  int64_t receivers = 0;
+  for (int64_t tile = 0; tile < dst.numTiles(); ++tile) {
+    const Box &box = phase.destinationShardBox[tile % dst.totalShards];
+    if (needers[tile].empty() || box.empty())
+      continue;
+    int64_t numPieces = 1;
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t lo = box.lo[d] / src.tileExtent[d];
+      int64_t hi =
+          std::min((box.hi[d] - 1) / src.tileExtent[d], src.numShards[d] - 1);
+      numPieces = saturatingMul(numPieces, hi - lo + 1);
+    }
+    receivers = saturatingAdd(
+        receivers, saturatingMul(numPieces, static_cast<int64_t>(
+                                                needers[tile].size())));
+  }
+  if (!budget.add(0, receivers))
+    return budget.error();
+
   std::vector<Box> pieces;
   std::vector<int64_t> pieceElements;
   std::vector<std::vector<Item>> itemsOfTile(src.numTiles());
@@ -881,6 +993,8 @@ ReshardPhase planReshardPhase(const TensorLayout &from, const TensorLayout &to,
         std::vector<Item> &items = itemsOfTile[srcTile];
         for (const Needer &needer : need) {
           if (sourceTile[needer.dense] == srcTile) {
+            if (!budget.add(1, 0))
+              return budget.error();
             phase.localCopies.push_back(
                 {needer.id, {needer.id}, piece, elements * elementBytes});
             phase.keepsLocal[needer.dense] = 1;
@@ -924,6 +1038,8 @@ ReshardPhase planReshardPhase(const TensorLayout &from, const TensorLayout &to,
       begin = end;
     }
   }
+  if (!budget.add(static_cast<int64_t>(numTransfers), 0))
+    return budget.error();
   phase.transfers.reserve(numTransfers);
   for (int64_t tile = 0; tile < src.numTiles(); ++tile) {
     const std::vector<Item> &items = itemsOfTile[tile];
@@ -982,10 +1098,10 @@ bool isReduction(StepKind kind) {
 /// than `limit` bytes in any chunk, splitting steps as needed. Returns the
 /// chunked steps (chunk indices from `firstChunk`) and sets `nextChunk` past
 /// the last chunk used.
-std::vector<Step> chunkSteps(std::vector<Step> steps, int64_t limit,
-                             int64_t elementBytes, const DeviceIndex &index,
-                             Classifier &classifier, int64_t firstChunk,
-                             int64_t &nextChunk) {
+absl::StatusOr<std::vector<Step>>
+chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
+           const DeviceIndex &index, Classifier &classifier,
+           int64_t firstChunk, int64_t &nextChunk, PlanBudget &budget) {
   if (steps.empty()) {
     nextChunk = firstChunk;
     return steps;
@@ -1065,6 +1181,17 @@ std::vector<Step> chunkSteps(std::vector<Step> steps, int64_t limit,
         maxRoles = std::max(maxRoles, ++usage[index.at(id)]);
     }
     int64_t maxElements = limit / (elementBytes * maxRoles);
+    // Each transfer becomes as many as its box has parts: count them before
+    // making them.
+    int64_t partSize = maxElements >= 1 ? maxElements : limit / elementBytes;
+    for (const Transfer &transfer : step.transfers) {
+      int64_t extra = splitBoxCount(transfer.box, partSize) - 1;
+      if (extra > 0 &&
+          !budget.add(extra,
+                      saturatingMul(extra, static_cast<int64_t>(
+                                               transfer.dstDevices.size()))))
+        return budget.error();
+    }
     if (maxElements >= 1) {
       std::vector<std::vector<Box>> subBoxes;
       size_t numParts = 0;
@@ -1176,6 +1303,11 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
     return absl::InvalidArgumentError(absl::StrCat(
         "memory limit of ", options.memoryLimitBytes,
         " bytes cannot stage even one ", elementBytes, "-byte element"));
+  for (const TensorLayout *layout : {&source, &destination})
+    if (layout->numDevices() > kMaxMeshDevices)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "mesh has ", layout->numDevices(), " devices; at most ",
+          kMaxMeshDevices, " (2^20) are supported"));
   int64_t elements = 1;
   for (int64_t extent : source.shape())
     elements *= extent;
@@ -1207,11 +1339,12 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   }
 
   UnreducedSplit split = splitUnreduced(source, destination);
+  PlanBudget budget;
   std::vector<Step> reductionSteps;
   const TensorLayout *readLayout = &source;
   if (!split.reduce.empty()) {
     absl::StatusOr<ReductionPhase> reduction =
-        planReduction(source, destination, split, elementBytes);
+        planReduction(source, destination, split, elementBytes, budget);
     if (!reduction.ok())
       return reduction.status();
     plan.reducedLayout = std::move(reduction->reduced);
@@ -1222,8 +1355,11 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
     readLayout = &*plan.reducedLayout;
   }
 
-  ReshardPhase reshard =
-      planReshardPhase(*readLayout, destination, split, elementBytes, index);
+  absl::StatusOr<ReshardPhase> reshardOr = planReshardPhase(
+      *readLayout, destination, split, elementBytes, index, budget);
+  if (!reshardOr.ok())
+    return reshardOr.status();
+  ReshardPhase &reshard = *reshardOr;
   plan.reshardLowerBoundBytes = reshard.lowerBoundElements * elementBytes;
   plan.lowerBoundBytes =
       plan.reductionLowerBoundBytes + plan.reshardLowerBoundBytes;
@@ -1239,8 +1375,12 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   Classifier classifier(context);
 
   int64_t nextChunk = 0;
-  plan.steps = chunkSteps(std::move(reductionSteps), options.memoryLimitBytes,
-                          elementBytes, index, classifier, 0, nextChunk);
+  absl::StatusOr<std::vector<Step>> reductionChunked =
+      chunkSteps(std::move(reductionSteps), options.memoryLimitBytes,
+                 elementBytes, index, classifier, 0, nextChunk, budget);
+  if (!reductionChunked.ok())
+    return reductionChunked.status();
+  plan.steps = std::move(*reductionChunked);
   int64_t reshardChunk = nextChunk;
   if (!reshard.localCopies.empty())
     plan.steps.push_back(localStep(
@@ -1248,12 +1388,14 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   if (!reshard.zeroFills.empty())
     plan.steps.push_back(localStep(StepKind::ZeroFill,
                                    std::move(reshard.zeroFills), reshardChunk));
-  std::vector<Step> moved =
+  absl::StatusOr<std::vector<Step>> moved =
       chunkSteps(classifier.run(std::move(reshard.transfers), false),
                  options.memoryLimitBytes, elementBytes, index, classifier,
-                 reshardChunk, nextChunk);
-  plan.steps.reserve(plan.steps.size() + moved.size());
-  for (Step &step : moved)
+                 reshardChunk, nextChunk, budget);
+  if (!moved.ok())
+    return moved.status();
+  plan.steps.reserve(plan.steps.size() + moved->size());
+  for (Step &step : *moved)
     plan.steps.push_back(std::move(step));
   recomputePlanStats(plan);
   return plan;

@@ -40,6 +40,12 @@ struct MeshAxis {
   }
 };
 
+/// The most devices one mesh may have: 2^20. Plans and the passes do work
+/// (and plans hold entries) per device, so planReshard and the polymesh.mesh
+/// verifier refuse a larger mesh up front instead of running for hours or
+/// out of memory (docs/limits.md).
+inline constexpr int64_t kMaxMeshDevices = int64_t(1) << 20;
+
 /// A device mesh. `deviceIds[p]` is the device at row-major position `p`;
 /// an empty `deviceIds` means the identity 0..N-1.
 struct Mesh {

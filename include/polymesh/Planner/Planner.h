@@ -37,10 +37,20 @@ struct PlanOptions {
   }
 };
 
+/// The most transfers (boxes), and the most (transfer, receiver) pairs, one
+/// plan may hold. A plan's memory and time grow with them (about 550 bytes
+/// per transfer and 90 per receiver in polymesh-opt, IR included), so a
+/// reshard that needs more is refused, before its plan is built, instead of
+/// running out of memory (docs/limits.md).
+inline constexpr int64_t kMaxPlanTransfers = int64_t(1) << 22;
+inline constexpr int64_t kMaxPlanReceivers = int64_t(1) << 25;
+
 /// Plans the transfer of a tensor of `elementBytes`-byte elements from
 /// `source` to `destination`. Errors (InvalidArgument): different shapes,
 /// a non-positive element size, a byte count that overflows int64, a
-/// negative memory limit, or a memory limit too small for one element.
+/// negative memory limit, a memory limit too small for one element, or a
+/// mesh of more than kMaxMeshDevices devices. ResourceExhausted: a plan that
+/// would exceed kMaxPlanTransfers or kMaxPlanReceivers.
 absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
                                          const TensorLayout &destination,
                                          int64_t elementBytes,

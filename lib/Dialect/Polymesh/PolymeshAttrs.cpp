@@ -6,6 +6,7 @@
 
 #include "polymesh/Dialect/Polymesh/PolymeshAttrs.h"
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+#include "polymesh/Planner/Layout.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -71,6 +72,12 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
                             "int64 at axis \""
                          << axis.getName() << "\"";
   }
+  // Passes and plans work per device: a larger mesh would run for hours or
+  // out of memory (docs/limits.md).
+  if (product > planner::kMaxMeshDevices)
+    return emitError() << "mesh has " << product << " devices; at most "
+                       << planner::kMaxMeshDevices
+                       << " (2^20) are supported";
   if (deviceIds.empty())
     return success();
   if (static_cast<int64_t>(deviceIds.size()) != product)
