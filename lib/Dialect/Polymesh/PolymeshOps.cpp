@@ -137,6 +137,32 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
   ArrayRef<int64_t> shape = type.getShape();
   bool reduces = !getSource().getUnreduced().empty() ||
                  !getDestination().getUnreduced().empty();
+  // Tiles by device id through maps built once: Mesh::positionOf scans the
+  // explicit ids, and once per sender and receiver that made verifying a
+  // plan over 2^20 devices take hours.
+  auto positionsOf = [](const planner::TensorLayout &layout) {
+    llvm::DenseMap<int64_t, int64_t> positions;
+    if (!layout.mesh().deviceIds.empty())
+      for (int64_t p = 0, e = layout.numDevices(); p < e; ++p)
+        positions[layout.mesh().deviceAt(p)] = p;
+    return positions;
+  };
+  llvm::DenseMap<int64_t, int64_t> sourcePositions = positionsOf(*source),
+                                   destinationPositions =
+                                       positionsOf(*destination);
+  auto boxOfDevice = [](const planner::TensorLayout &layout,
+                        const llvm::DenseMap<int64_t, int64_t> &positions,
+                        int64_t device) -> std::optional<planner::Box> {
+    if (layout.mesh().deviceIds.empty()) {
+      if (device < 0 || device >= layout.numDevices())
+        return std::nullopt;
+      return layout.boxAtPosition(device);
+    }
+    auto it = positions.find(device);
+    if (it == positions.end())
+      return std::nullopt;
+    return layout.boxAtPosition(it->second);
+  };
   llvm::DenseMap<int64_t, int64_t> received;
   int64_t lastChunk = 0;
   for (auto [stepIndex, stepAttr] : llvm::enumerate(getSteps())) {
@@ -181,16 +207,19 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
                     << " is not a participant of the step";
       // A zero fill writes zeros where it lands and reads nothing.
       bool readsSender = step.getKind() != TransferStepKind::ZeroFill;
-      const planner::TensorLayout &senderLayout =
-          transfer.getFromDestination() ? *destination : *source;
-      std::optional<planner::Box> senderTile =
-          senderLayout.boxOfDevice(transfer.getSrcDevice());
+      bool fromDestination = transfer.getFromDestination();
+      std::optional<planner::Box> senderTile = boxOfDevice(
+          fromDestination ? *destination : *source,
+          fromDestination ? destinationPositions : sourcePositions,
+          transfer.getSrcDevice());
       if (readsSender && (!senderTile || senderTile->intersect(box) != box))
         return at() << "sender " << transfer.getSrcDevice()
                     << " does not hold the box in its "
                     << (transfer.getFromDestination() ? "destination"
                                                       : "source")
                     << " buffer";
+      // Inside the tensor, whose element count fits int64.
+      int64_t elements = box.numElements();
       ArrayRef<int64_t> dsts = transfer.getDstDevices();
       if (dsts.empty())
         return at() << "has no receiver";
@@ -200,16 +229,22 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
         if (!participates(dsts[i]))
           return at() << "receiver " << dsts[i]
                       << " is not a participant of the step";
-        const planner::TensorLayout &receiverLayout =
-            transfer.getIntoSource() ? *source : *destination;
-        std::optional<planner::Box> tile = receiverLayout.boxOfDevice(dsts[i]);
+        bool intoSource = transfer.getIntoSource();
+        std::optional<planner::Box> tile =
+            boxOfDevice(intoSource ? *source : *destination,
+                        intoSource ? sourcePositions : destinationPositions,
+                        dsts[i]);
         if (!tile || tile->intersect(box) != box)
           return at() << "receiver " << dsts[i]
                       << " has no room for the box in its "
                       << (transfer.getIntoSource() ? "source" : "destination")
                       << " buffer";
-        if (!transfer.getIntoSource() && !transfer.getAccumulate())
-          received[dsts[i]] += transfer.getNumElements();
+        // Saturating: boxes sent again and again must not wrap around to
+        // the expected count.
+        if (!transfer.getIntoSource() && !transfer.getAccumulate()) {
+          int64_t &count = received[dsts[i]];
+          count = INT64_MAX - count < elements ? INT64_MAX : count + elements;
+        }
       }
     }
   }
