@@ -21,6 +21,7 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/SetVector.h"
+#include "llvm/Support/MathExtras.h"
 
 #include <deque>
 #include <limits>
@@ -43,6 +44,22 @@ std::string toText(Attribute attr) {
   llvm::raw_string_ostream os(text);
   attr.print(os);
   return text;
+}
+
+/// Costs add up bytes over devices and values: they saturate at INT64_MAX
+/// instead of wrapping around (a tensor of 2^61 f32 replicated on a few
+/// devices already needs more than 2^63 bytes).
+int64_t saturatingAdd(int64_t a, int64_t b) {
+  int64_t sum;
+  return llvm::AddOverflow(a, b, sum) ? std::numeric_limits<int64_t>::max()
+                                      : sum;
+}
+
+int64_t saturatingMul(int64_t a, int64_t b) {
+  int64_t product;
+  return llvm::MulOverflow(a, b, product)
+             ? std::numeric_limits<int64_t>::max()
+             : product;
 }
 
 int64_t elementBytes(Type type) {
@@ -357,9 +374,9 @@ int64_t FunctionPropagator::moveCost(ShardingAttr from, ShardingAttr to,
     auto it = sourcePosition.find(destination->mesh().deviceAt(p));
     if (it != sourcePosition.end() && !reduces)
       need -= box.intersect(source->boxAtPosition(it->second)).numElements();
-    elements += need;
+    elements = saturatingAdd(elements, need);
   }
-  return elements * elementBytes(type);
+  return saturatingMul(elements, elementBytes(type));
 }
 
 bool FunctionPropagator::isDeviceEquivalent(ShardingAttr a, ShardingAttr b,
@@ -582,9 +599,10 @@ bool FunctionPropagator::resolve(Operation *op) {
       // A user-annotated op is computed as annotated: placements that
       // would move its results come last.
       if (index >= rule->numOperands && pinnedOps.contains(op))
-        placement->cost += kPinnedPenalty;
-      placement->cost +=
-          moveCost(sharding, placement->derived[index], value.getType());
+        placement->cost = saturatingAdd(placement->cost, kPinnedPenalty);
+      placement->cost = saturatingAdd(
+          placement->cost,
+          moveCost(sharding, placement->derived[index], value.getType()));
     }
     if (consistent) {
       // The op is already placed: only fill in what is missing. Its values
@@ -694,7 +712,7 @@ bool FunctionPropagator::resolveWithoutRule(Operation *op) {
       if (!current || !isSameLayout(current, target))
         settled = false;
       if (current)
-        cost += moveCost(current, target, other.getType());
+        cost = saturatingAdd(cost, moveCost(current, target, other.getType()));
     }
     if (settled)
       return false;
