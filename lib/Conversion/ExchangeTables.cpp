@@ -141,8 +141,10 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
           rank = llvm::find(segment.members, row.peer) - segment.members.begin();
         else
           rank = llvm::lower_bound(devices, row.peer) - devices.begin();
-        comms.insert(comms.end(), {static_cast<int64_t>(row.kind), row.peer,
-                                   row.stagingOffset, row.bytes, rank});
+        comms.insert(comms.end(),
+                     {static_cast<int64_t>(row.kind), row.peer,
+                      row.stagingOffset, row.bytes, rank,
+                      static_cast<int64_t>(row.space)});
       }
       ranges.push_back(comms.size() / kCommColumns);
       ranges.push_back(copies.size() / copyColumns);

@@ -63,6 +63,9 @@ enum CommColumn : int64_t {
   kStagingOffset,
   kBytes,
   kPeerRank,
+  /// Where the bytes are (planner::BufferSpace): staging, or the source or
+  /// destination tile for boxes sent or received in place.
+  kSpace,
   kCommColumns
 };
 

@@ -441,7 +441,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
           call(groupStart, {});
           e.loop(begin, end, [&](Value row) {
             Value at = e.pointer(
-                e.add(stagingAddress, commColumn(row, kStagingOffset)));
+                e.add(baseOf(commColumn(row, kSpace)),
+                  commColumn(row, kStagingOffset)));
             Value bytes = commColumn(row, kBytes);
             Value rank = rankOf(row);
             e.ifThenElse(
@@ -464,7 +465,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
               call(commFn, {runtime, device, members, e.i64(numMembers)})
                   .getResult();
           Value at = e.pointer(
-              e.add(stagingAddress, commColumn(row, kStagingOffset)));
+              e.add(baseOf(commColumn(row, kSpace)),
+                  commColumn(row, kStagingOffset)));
           call(broadcastFn, {at, at, commColumn(row, kBytes), uint8,
                              rankOf(row), comm, stream});
         });

@@ -115,6 +115,20 @@ CopyRow makeRow(CopyKind kind, const Placement &from, const Placement &to,
   return row;
 }
 
+/// Whether `box` is one contiguous run of `tile` (row-major): every
+/// dimension after the first one the box does not cover with extent 1 is
+/// whole.
+bool contiguousIn(const Tile &tile, const Box &box) {
+  size_t rank = box.lo.size();
+  size_t d = 0;
+  while (d < rank && box.hi[d] - box.lo[d] == 1)
+    ++d;
+  for (size_t e = d + 1; e < rank; ++e)
+    if (box.lo[e] != tile.box.lo[e] || box.hi[e] != tile.box.hi[e])
+      return false;
+  return true;
+}
+
 /// Broadcast when one root sends every box of the phase to the same other
 /// devices, without sums: the root's staging then is the message.
 bool isBroadcast(const Step &step, int phase, std::vector<int64_t> &members) {
@@ -224,17 +238,26 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
       bool broadcast = isBroadcast(step, phase, segment.members);
       bool remote = false;
 
-      // Buffers written in this phase, per device: a local copy that reads
-      // one of them must go through staging.
-      std::set<std::pair<size_t, BufferKind>> written;
+      // Buffers written and read in this phase, per device: a local copy
+      // that reads a written one must go through staging, and so must a
+      // send from a written buffer or a receive into a read one.
+      std::set<std::pair<size_t, BufferKind>> written, read;
+      bool sums = false;
       for (const Transfer &transfer : step.transfers) {
         if (transfer.phase != phase)
           continue;
+        sums |= transfer.accumulate;
         for (int64_t dst : transfer.dstDevices) {
           absl::StatusOr<size_t> p = positionFor(dst);
           if (!p.ok())
             return p.status();
           written.insert({*p, transfer.dstBuffer});
+        }
+        if (step.kind != StepKind::ZeroFill) {
+          absl::StatusOr<size_t> p = positionFor(transfer.srcDevice);
+          if (!p.ok())
+            return p.status();
+          read.insert({*p, transfer.srcBuffer});
         }
         if (transfer.accumulate && transfer.dstBuffer == BufferKind::Destination)
           schedule.accumulatesIntoDestination = true;
@@ -268,11 +291,21 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
         CopyKind writeKind = zero                  ? CopyKind::Zero
                              : transfer.accumulate ? CopyKind::Accumulate
                                                    : CopyKind::Copy;
-        // The sender packs once, whatever the number of receivers.
+        // The sender packs once, whatever the number of receivers; a box
+        // that is one run of its tile is sent from the tile itself.
         int64_t packedAt = -1;
+        BufferSpace sentFromSpace = BufferSpace::Staging;
+        bool sendDirect = !broadcast && contiguousIn(from, box) &&
+                          !written.count({*srcPos, transfer.srcBuffer});
         auto pack = [&]() {
           if (packedAt >= 0)
             return packedAt;
+          if (sendDirect) {
+            Placement at = inTile(spaceOf(transfer.srcBuffer), from, box);
+            sentFromSpace = at.space;
+            packedAt = at.offset;
+            return packedAt;
+          }
           packedAt = broadcast ? broadcastOffset : stage(*srcPos, bytes);
           segment.perDevice[*srcPos].before.push_back(
               makeRow(CopyKind::Copy, inTile(spaceOf(transfer.srcBuffer), from, box),
@@ -310,13 +343,27 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
           }
           remote = true;
           int64_t sentFrom = pack();
-          int64_t at = broadcast ? sentFrom : stage(dstPos, bytes);
-          if (!broadcast) {
-            segment.perDevice[*srcPos].comm.push_back(
-                {CommKind::Send, dst, sentFrom, bytes});
-            receiver.comm.push_back(
-                {CommKind::Recv, transfer.srcDevice, at, bytes});
+          if (broadcast) {
+            receiver.after.push_back(makeRow(writeKind,
+                                             inStaging(sentFrom, box, eb),
+                                             target, box, eb,
+                                             schedule.outerDims));
+            continue;
           }
+          segment.perDevice[*srcPos].comm.push_back(
+              {CommKind::Send, dst, sentFrom, bytes, sentFromSpace});
+          // A plain copy of a box that is one run of the destination tile
+          // is received in place, when nothing in the phase reads that
+          // buffer or adds into it.
+          if (writeKind == CopyKind::Copy && !sums && contiguousIn(to, box) &&
+              !read.count({dstPos, transfer.dstBuffer})) {
+            receiver.comm.push_back({CommKind::Recv, transfer.srcDevice,
+                                     target.offset, bytes, target.space});
+            continue;
+          }
+          int64_t at = stage(dstPos, bytes);
+          receiver.comm.push_back(
+              {CommKind::Recv, transfer.srcDevice, at, bytes});
           receiver.after.push_back(makeRow(writeKind, inStaging(at, box, eb),
                                            target, box, eb,
                                            schedule.outerDims));

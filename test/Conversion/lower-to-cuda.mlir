@@ -42,7 +42,9 @@ func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding
 
 // -----
 
-// A permutation between disjoint meshes: ncclSend/ncclRecv inside one group.
+// A permutation between disjoint meshes: ncclSend/ncclRecv inside one group,
+// straight from the source tile into the destination tile (each box is a
+// whole tile): no staging and no kernel.
 polymesh.mesh @a = <["x"=2], device_ids=[0, 1]>
 polymesh.mesh @b = <["x"=2], device_ids=[3, 2]>
 
@@ -52,6 +54,9 @@ polymesh.mesh @b = <["x"=2], device_ids=[3, 2]>
 // CHECK: llvm.call @ncclRecv
 // CHECK: llvm.call @ncclGroupEnd
 // CHECK-NOT: llvm.call @ncclBroadcast
+// CHECK-NOT: gpu.launch_func
+// CHECK-NOT: gpu.binary
+// PTX: // no kernels: the module launches none
 // LLVM-LABEL: define void @permute__part0(
 // LLVM: call i32 @ncclGroupStart()
 // LLVM: call i32 @ncclSend(

@@ -34,6 +34,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -359,12 +361,14 @@ private:
   }
 
   AssertionResult checkCommRange(size_t p, const CommRow &row) {
+    int64_t available = limit(p, row.space);
     if (row.bytes <= 0 || row.stagingOffset < 0 ||
-        row.stagingOffset + row.bytes > segmentStaging_[p])
+        row.stagingOffset + row.bytes > available)
       return AssertionFailure()
              << "device " << devices_[p].id << " communicates ["
              << row.stagingOffset << ", " << row.stagingOffset + row.bytes
-             << ") of " << segmentStaging_[p] << " staging bytes";
+             << ") of " << available << " bytes of space "
+             << static_cast<int>(row.space);
     if (row.bytes % eb_ != 0 || row.stagingOffset % eb_ != 0)
       return AssertionFailure() << "unaligned communication";
     return AssertionSuccess();
@@ -376,7 +380,8 @@ private:
     for (size_t p = 0; p < devices_.size(); ++p) {
       // Ranges a grouped call reads or writes on this device: receives must
       // not overlap anything else in the group.
-      std::vector<std::pair<int64_t, int64_t>> sent, received;
+      using Span = std::tuple<BufferSpace, int64_t, int64_t>;
+      std::vector<Span> sent, received;
       for (const CommRow &row : segment_->perDevice[p].comm) {
         auto peer = positionOf_.find(row.peer);
         if (row.kind == CommKind::Broadcast || peer == positionOf_.end() ||
@@ -388,8 +393,8 @@ private:
         AssertionResult range = checkCommRange(p, row);
         if (!range)
           return range;
-        std::pair<int64_t, int64_t> span{row.stagingOffset,
-                                         row.stagingOffset + row.bytes};
+        Span span{row.space, row.stagingOffset,
+                  row.stagingOffset + row.bytes};
         if (row.kind == CommKind::Send) {
           sends[{p, peer->second}].push_back(&row);
           sent.push_back(span);
@@ -398,21 +403,23 @@ private:
           received.push_back(span);
         }
       }
-      auto overlap = [](std::pair<int64_t, int64_t> a,
-                        std::pair<int64_t, int64_t> b) {
-        return a.first < b.second && b.first < a.second;
+      auto overlap = [](const Span &a, const Span &b) {
+        return std::get<0>(a) == std::get<0>(b) &&
+               std::get<1>(a) < std::get<2>(b) &&
+               std::get<1>(b) < std::get<2>(a);
       };
       for (size_t i = 0; i < received.size(); ++i) {
         for (size_t j = i + 1; j < received.size(); ++j)
           if (overlap(received[i], received[j]))
             return AssertionFailure()
                    << "device " << devices_[p].id << " receives twice into ["
-                   << received[j].first << ", " << received[j].second << ")";
+                   << std::get<1>(received[j]) << ", "
+                   << std::get<2>(received[j]) << ")";
         for (const auto &span : sent)
           if (overlap(received[i], span))
             return AssertionFailure()
                    << "device " << devices_[p].id
-                   << " receives into staging it sends from";
+                   << " receives into bytes it sends from";
       }
     }
     if (sends.size() != recvs.size())
@@ -442,13 +449,16 @@ private:
                  << "message " << m << " from " << sender.id << " to "
                  << devices_[pair.second].id << ": " << send.bytes
                  << " bytes sent, " << recv.bytes << " received";
-        if (!allValid(sender, send.stagingOffset, send.bytes))
+        if (send.space == BufferSpace::Staging &&
+            !allValid(sender, send.stagingOffset, send.bytes))
           return AssertionFailure()
                  << sender.id << " sends staging it did not pack";
+        std::vector<uint8_t> &from =
+            buffer(devices_[pair.first], send.space);
         messages.push_back(
             {pair.second, &recv,
-             std::vector<uint8_t>(sender.staging.begin() + send.stagingOffset,
-                                  sender.staging.begin() + send.stagingOffset +
+             std::vector<uint8_t>(from.begin() + send.stagingOffset,
+                                  from.begin() + send.stagingOffset +
                                       send.bytes)});
         stats_.sendBytes += send.bytes;
       }
@@ -457,9 +467,11 @@ private:
       const CommRow *recv = message.recv;
       Device &receiver = devices_[message.receiver];
       std::copy(message.bytes.begin(), message.bytes.end(),
-                receiver.staging.begin() + recv->stagingOffset);
-      std::fill(receiver.valid.begin() + recv->stagingOffset,
-                receiver.valid.begin() + recv->stagingOffset + recv->bytes, 1);
+                buffer(receiver, recv->space).begin() + recv->stagingOffset);
+      if (recv->space == BufferSpace::Staging)
+        std::fill(receiver.valid.begin() + recv->stagingOffset,
+                  receiver.valid.begin() + recv->stagingOffset + recv->bytes,
+                  1);
       stats_.recvBytes += recv->bytes;
     }
     return AssertionSuccess();
@@ -904,15 +916,17 @@ TEST(DeviceSchedule, DisjointMeshes) {
   TensorLayout dst = layout(stage1, {{"dp"}, {"tp"}}, {8, 8});
   Checked checked = planAndRun(layout(stage0, {{"dp"}, {"tp"}}, {8, 8}), dst);
   // Stage-0 devices have no destination tile, stage-1 ones no source tile.
+  // Each box is a whole tile, one contiguous run on both sides: it is sent
+  // from the source tile and received into the destination tile, with no
+  // staging, pack or unpack.
   for (size_t p = 0; p < 8; ++p) {
     const DeviceSegment &rows = checked.schedule.segments[0].perDevice[p];
-    if (p < 4) {
-      EXPECT_TRUE(rows.after.empty());
-      EXPECT_EQ(rows.before.size(), 1u);
-    } else {
-      EXPECT_TRUE(rows.before.empty());
-      EXPECT_EQ(rows.after.size(), 1u);
-    }
+    EXPECT_TRUE(rows.before.empty());
+    EXPECT_TRUE(rows.after.empty());
+    EXPECT_EQ(rows.stagingBytes, 0);
+    ASSERT_EQ(rows.comm.size(), 1u);
+    EXPECT_EQ(rows.comm[0].space,
+              p < 4 ? BufferSpace::Source : BufferSpace::Destination);
   }
   planAndRun(layout(stage0, {{"dp"}, {}}, {8, 8}), dst);
   planAndRun(layout(stage0, {{}, {"dp", "tp"}}, {6, 9}),
@@ -1094,13 +1108,17 @@ TEST(DeviceSchedule, LocalCopyReadsBeforeThePhaseWrites) {
   EXPECT_EQ(rows.stagingBytes, 32 + 32 + 16);
   EXPECT_TRUE(checked.schedule.writesSource);
 
-  // Without the sum, the local copy reads the source buffer directly.
+  // Without the sum, the local copy reads the source buffer directly, and
+  // the whole-tile send to device 0 reads it in place: nothing is staged.
   plan.steps[0].transfers.erase(plan.steps[0].transfers.begin());
   plan.reducesInPlace = false;
   recomputePlanStats(plan);
   ASSERT_TRUE(checkSchedule(plan, src, dst, {0, 1}, &checked));
-  EXPECT_EQ(checked.schedule.segments.at(0).perDevice[1].before.size(), 1u);
-  EXPECT_EQ(checked.schedule.segments.at(0).perDevice[1].after.size(), 1u);
+  const DeviceSegment &direct = checked.schedule.segments.at(0).perDevice[1];
+  EXPECT_TRUE(direct.before.empty());
+  EXPECT_EQ(direct.after.size(), 1u);
+  ASSERT_EQ(direct.comm.size(), 1u);
+  EXPECT_EQ(direct.comm[0].space, BufferSpace::Source);
 }
 
 TEST(DeviceSchedule, RejectsPlansOutsideTheirTiles) {

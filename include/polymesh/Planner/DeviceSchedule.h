@@ -61,12 +61,16 @@ struct CopyRow {
 enum class CommKind : int64_t { Send = 0, Recv = 1, Broadcast = 2 };
 
 /// One runtime call. `peer` is the other device of a send or recv, or the
-/// root of a broadcast; the bytes are at `stagingOffset` in staging.
+/// root of a broadcast; the bytes are at `stagingOffset` in `space`. Calls
+/// go through staging, except that a send/recv of a box that is contiguous
+/// in its tile reads or writes the tile directly (no pack or unpack), when
+/// nothing else in the phase writes what is sent or reads what is received.
 struct CommRow {
   CommKind kind = CommKind::Send;
   int64_t peer = 0;
   int64_t stagingOffset = 0;
   int64_t bytes = 0;
+  BufferSpace space = BufferSpace::Staging;
 };
 
 /// How a segment communicates; the same on every device.
