@@ -68,6 +68,8 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
 
   LLVM::LLVMFuncOp mallocFn = declareFunction(module, "malloc", ptrType, {i64Type});
   LLVM::LLVMFuncOp freeFn = declareFunction(module, "free", voidType, {ptrType});
+  LLVM::LLVMFuncOp stagingFn = declareFunction(
+      module, "polymesh_rt_staging", ptrType, {ptrType, i64Type, i64Type});
   LLVM::LLVMFuncOp groupStart =
       declareFunction(module, "polymesh_rt_group_start", i32Type, {ptrType, i64Type});
   LLVM::LLVMFuncOp groupEnd =
@@ -123,16 +125,14 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
 
   Value stagingTable = e.global(tables.staging, {numDevices});
   Value stagingBytes = e.load(stagingTable, {position});
-  // malloc(0) may return null; one byte keeps the pointer valid.
-  Value stagingSize = arith::MaxSIOp::create(builder, loc, stagingBytes,
-                                             e.i64(1));
-  Value staging =
-      LLVM::CallOp::create(builder, loc, mallocFn, ValueRange{stagingSize})
-          .getResult();
+  // The runtime keeps one staging buffer per device for the whole run:
+  // no allocation (or page faults on fresh pages) per exchange.
+  Value staging = LLVM::CallOp::create(builder, loc, stagingFn,
+                                       ValueRange{runtime, device, stagingBytes})
+                      .getResult();
   Value stagingAddress = LLVM::PtrToIntOp::create(builder, loc, i64Type, staging);
 
   int64_t outer = schedule.outerDims;
-  int64_t copyColumns = kFixedCopyColumns + 3 * outer;
   Value copies, comms;
   // The globals' static row counts: read them back from the symbols.
   auto globalType = [&](const std::string &name) {
@@ -259,7 +259,8 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
           e.loop(begin, end, [&](Value row) {
             Value peer = commColumn(row, kPeer);
             Value at = e.pointer(
-                e.add(stagingAddress, commColumn(row, kStagingOffset)));
+                e.add(baseOf(commColumn(row, kSpace)),
+                  commColumn(row, kStagingOffset)));
             Value bytes = commColumn(row, kBytes);
             e.ifThenElse(
                 e.eq(commColumn(row, kCommKind), 0),
@@ -274,7 +275,8 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
             e.address(e.global(tables.members[index], {numMembers})));
         e.loop(begin, end, [&](Value row) {
           Value at = e.pointer(
-              e.add(stagingAddress, commColumn(row, kStagingOffset)));
+              e.add(baseOf(commColumn(row, kSpace)),
+                  commColumn(row, kStagingOffset)));
           e.call(broadcastFn,
                  {runtime, device, members, e.i64(numMembers),
                   commColumn(row, kPeer), at, at, commColumn(row, kBytes)});
@@ -284,7 +286,6 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
     runCopies(range(kAfterBegin), range(kAfterEnd));
   }
 
-  e.call(freeFn, {staging});
   if (scratch)
     e.call(freeFn, {scratch});
   Value tensor = bufferization::ToTensorOp::create(

@@ -93,6 +93,7 @@ llvm::orc::SymbolMap runtimeSymbols(llvm::orc::MangleAndInterner interner) {
   POLYMESH_RT_SYMBOL(polymesh_rt_all_reduce);
   POLYMESH_RT_SYMBOL(polymesh_rt_reduce_scatter);
   POLYMESH_RT_SYMBOL(polymesh_rt_copy);
+  POLYMESH_RT_SYMBOL(polymesh_rt_staging);
   POLYMESH_RT_SYMBOL(polymesh_rt_run_devices);
 #undef POLYMESH_RT_SYMBOL
   return symbols;

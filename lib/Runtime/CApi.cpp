@@ -266,6 +266,30 @@ int32_t polymesh_rt_reduce_scatter(PolymeshRuntime *rt, int64_t device,
                                            recv_count, *type, *reduceOp));
 }
 
+void *polymesh_rt_staging(PolymeshRuntime *rt, int64_t device,
+                          int64_t bytes) {
+  if (!rt || bytes < 0)
+    return nullptr;
+  PolymeshRuntime::Staging *slot;
+  {
+    std::lock_guard<std::mutex> lock(rt->stagingMu);
+    slot = &rt->staging[device];
+  }
+  if (slot->bytes < bytes || !slot->memory) {
+    // 64-byte aligned, a multiple of 64 bytes, at least one line.
+    int64_t size = std::max<int64_t>(64, (bytes + 63) / 64 * 64);
+    slot->memory.reset(std::aligned_alloc(64, static_cast<size_t>(size)));
+    slot->bytes = slot->memory ? size : 0;
+    if (!slot->memory) {
+      reject(rt, absl::ResourceExhaustedError(absl::StrCat(
+                     "polymesh_rt_staging: cannot allocate ", size,
+                     " bytes for device ", device)));
+      return nullptr;
+    }
+  }
+  return slot->memory.get();
+}
+
 int32_t polymesh_rt_copy(PolymeshRuntime *rt, int64_t device, void *dst,
                          const void *src, int64_t bytes) {
   Backend *backend = backendOf(rt);

@@ -12,6 +12,8 @@
 
 #include "absl/status/status.h"
 
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +28,19 @@ struct PolymeshRuntime {
   std::mutex mu;
   std::string lastError;
   bool lastErrorSet = false;
+
+  /// Per device: the staging buffer generated code packs into
+  /// (polymesh_rt_staging), kept for the run and grown on demand. Each
+  /// device is driven by one thread; the map itself is guarded.
+  struct FreeDeleter {
+    void operator()(void *p) const { std::free(p); }
+  };
+  struct Staging {
+    std::unique_ptr<void, FreeDeleter> memory;
+    int64_t bytes = 0;
+  };
+  std::mutex stagingMu;
+  std::map<int64_t, Staging> staging;
 
   absl::Status firstError() const {
     return backend ? backend->firstError() : createError;

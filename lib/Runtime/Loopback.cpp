@@ -152,6 +152,11 @@ struct DeviceState {
   /// Blocked in a wait for `waitingOn`.
   bool waiting = false;
   std::vector<std::shared_ptr<Op>> waitingOn;
+  /// Matched send/recv pairs whose bytes this (receiving) device copies in
+  /// its next wait, outside the lock, so that devices copy in parallel.
+  std::vector<std::pair<std::shared_ptr<Op>, std::shared_ptr<Op>>> copies;
+  /// Copying them right now, with the lock released.
+  bool copying = false;
 };
 
 std::string describeOp(const Op &op) {
@@ -395,7 +400,7 @@ public:
       }
       std::shared_ptr<Op> recvOp = queue.front();
       queue.pop_front();
-      return matchPointToPoint(*op, *recvOp);
+      return matchPointToPoint(op, recvOp);
     }
     case OpKind::Recv: {
       auto &queue = sends[{op->peer, op->device}];
@@ -405,25 +410,50 @@ public:
       }
       std::shared_ptr<Op> sendOp = queue.front();
       queue.pop_front();
-      return matchPointToPoint(*sendOp, *op);
+      return matchPointToPoint(sendOp, op);
     }
     default:
       return joinCollective(op);
     }
   }
 
-  absl::Status matchPointToPoint(Op &sendOp, Op &recvOp) {
-    if (sendOp.size != recvOp.size)
+  absl::Status matchPointToPoint(const std::shared_ptr<Op> &sendOp,
+                                 const std::shared_ptr<Op> &recvOp) {
+    if (sendOp->size != recvOp->size)
       return absl::InvalidArgumentError(absl::StrCat(
-          "mismatched send/recv: device ", sendOp.device, " sends ",
-          sendOp.size, " bytes to device ", recvOp.device, ", which receives ",
-          recvOp.size, " bytes from it"));
-    if (sendOp.size > 0)
-      std::memmove(recvOp.recvBuf, sendOp.sendBuf,
-                   static_cast<size_t>(sendOp.size));
-    sendOp.done = recvOp.done = true;
+          "mismatched send/recv: device ", sendOp->device, " sends ",
+          sendOp->size, " bytes to device ", recvOp->device,
+          ", which receives ", recvOp->size, " bytes from it"));
+    if (sendOp->size == 0) {
+      sendOp->done = recvOp->done = true;
+      cv.notify_all();
+      return absl::OkStatus();
+    }
+    // The receiver copies the bytes in its wait, outside the lock: every
+    // pair of devices copies at once instead of one copy at a time.
+    devices[indexOf.at(recvOp->device)].copies.emplace_back(sendOp, recvOp);
     cv.notify_all();
     return absl::OkStatus();
+  }
+
+  /// Copies the bytes of `d`'s matched receives with the lock released,
+  /// then marks both sides done. Both buffers stay valid: neither device
+  /// returns from its wait before its op is done.
+  void copyMatched(std::unique_lock<std::mutex> &lock, DeviceState &d) {
+    while (!d.copies.empty()) {
+      auto copies = std::move(d.copies);
+      d.copies.clear();
+      d.copying = true;
+      lock.unlock();
+      for (auto &[sendOp, recvOp] : copies)
+        std::memmove(recvOp->recvBuf, sendOp->sendBuf,
+                    static_cast<size_t>(sendOp->size));
+      lock.lock();
+      d.copying = false;
+      for (auto &[sendOp, recvOp] : copies)
+        sendOp->done = recvOp->done = true;
+      cv.notify_all();
+    }
   }
 
   absl::Status joinCollective(const std::shared_ptr<Op> &op) {
@@ -600,6 +630,7 @@ public:
 
   absl::Status wait(std::unique_lock<std::mutex> &lock, DeviceState &d,
                     std::vector<std::shared_ptr<Op>> ops) {
+    copyMatched(lock, d);
     if (allDone(ops))
       return absl::OkStatus();
     d.waiting = true;
@@ -616,6 +647,7 @@ public:
     Clock::time_point deadline =
         Clock::now() + absl::ToChronoNanoseconds(options.timeout);
     while (true) {
+      copyMatched(lock, d);
       if (allDone(d.waitingOn))
         return absl::OkStatus();
       if (aborted)
@@ -630,7 +662,8 @@ public:
   }
 
   bool blocked(const DeviceState &d) const {
-    return d.waiting && !allDone(d.waitingOn);
+    return d.waiting && d.copies.empty() && !d.copying &&
+           !allDone(d.waitingOn);
   }
 
   /// True when no call can ever complete: every device is blocked in a wait

@@ -19,12 +19,11 @@ polymesh.mesh @train = <["dp"=4, "tp"=2]>
 // CHECK-DAG: llvm.func @polymesh_rt_broadcast(!llvm.ptr, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-LABEL: llvm.func @restore__part0(
 // CHECK-SAME: %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64,
-// CHECK: llvm.call @malloc
+// CHECK: llvm.call @polymesh_rt_staging
 // CHECK: llvm.mlir.addressof @__polymesh_restore__plan0_members1
 // CHECK: llvm.call @polymesh_rt_broadcast
 // CHECK: llvm.mlir.addressof @__polymesh_restore__plan0_members2
 // CHECK: llvm.call @polymesh_rt_broadcast
-// CHECK: llvm.call @free
 // CHECK-NOT: polymesh.
 func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@replica0, [{}, {"tp"}]>})
     -> (tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@train, [{}, {"tp"}]>}) {

@@ -150,6 +150,12 @@ int32_t polymesh_rt_reduce_scatter(PolymeshRuntime *rt, int64_t device,
                                    int64_t recv_count, int32_t dtype,
                                    int32_t op);
 
+/* A staging buffer of at least `bytes` bytes for `device`, 64-byte aligned,
+ * owned by the runtime: kept for the run, grown on demand, valid until the
+ * device's next call of this function. Generated code packs boxes into it.
+ * NULL (and the runtime fails) when memory runs out. */
+void *polymesh_rt_staging(PolymeshRuntime *rt, int64_t device, int64_t bytes);
+
 /* A local copy on `device` (memmove semantics): lets generated code stay
  * within the runtime's ABI for every step of a plan. */
 int32_t polymesh_rt_copy(PolymeshRuntime *rt, int64_t device, void *dst,
