@@ -587,6 +587,8 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
   if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
     return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
 
+  if (options.warmup)
+    polymesh_rt_run_devices(rt.get(), runDevice, &context);
   auto start = std::chrono::steady_clock::now();
   int32_t code = polymesh_rt_run_devices(rt.get(), runDevice, &context);
   auto stop = std::chrono::steady_clock::now();

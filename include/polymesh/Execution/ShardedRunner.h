@@ -75,6 +75,10 @@ struct ShardedRunnerOptions {
   /// How long a blocking runtime call may wait, in milliseconds; <= 0 takes
   /// the runtime's default (10 s).
   int64_t timeoutMs = 0;
+  /// Run every device's program once on the same runtime before the timed
+  /// run (benchmarks): the timed run then finds staging allocated and the
+  /// pages of every buffer touched, as later steps of a real job do.
+  bool warmup = false;
 };
 
 /// One local program of a partitioned function: the devices that run it and
