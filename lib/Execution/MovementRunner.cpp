@@ -153,7 +153,8 @@ MovementValue MovementValue::makeAlias(ElementType type, int64_t input,
 //===----------------------------------------------------------------------===//
 
 llvm::Expected<MovementRun>
-execution::runMovement(const MovementProgram &program) {
+execution::runMovement(const MovementProgram &program,
+                       const BackendFactory &makeBackend) {
   const std::vector<MovementValue> &values = program.values;
   if (program.results.size() != program.resultLayouts.size())
     return error("one declared layout per result is needed");
@@ -260,8 +261,14 @@ execution::runMovement(const MovementProgram &program) {
     }
   }
 
-  std::unique_ptr<runtime::LoopbackBackend> backend;
-  {
+  std::unique_ptr<runtime::Backend> backend;
+  if (makeBackend) {
+    absl::StatusOr<std::unique_ptr<runtime::Backend>> created =
+        makeBackend(devices);
+    if (!created.ok())
+      return error(std::string(created.status().message()));
+    backend = std::move(*created);
+  } else {
     absl::StatusOr<std::unique_ptr<runtime::LoopbackBackend>> created =
         runtime::LoopbackBackend::create(devices);
     if (!created.ok())

@@ -38,7 +38,11 @@
 #include "polymesh/Execution/MovementRunner.h"
 #include "polymesh/Execution/ReferenceRunner.h"
 #include "polymesh/Execution/ShardedRunner.h"
+#include "polymesh/Runtime/Runtime.h"
 #include "polymesh/Transforms/Passes.h"
+#if POLYMESH_HAVE_NCCL
+#include "polymesh/Runtime/NcclBackend.h"
+#endif
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/ShardingInterfaceImpl.h"
@@ -67,6 +71,7 @@
 
 using namespace mlir;
 using namespace polymesh::execution;
+namespace runtime = polymesh::runtime;
 
 namespace {
 
@@ -84,8 +89,10 @@ llvm::cl::opt<std::string>
 
 llvm::cl::opt<std::string>
     backend("backend",
-            llvm::cl::desc("Communication backend of sharded runs; only "
-                           "'loopback' (devices as threads of this process)"),
+            llvm::cl::desc("Communication backend of sharded runs: "
+                           "'loopback' (devices as threads of this process) "
+                           "or 'nccl' (one local GPU per device; exits with "
+                           "77 when there is none)"),
             llvm::cl::init("loopback"), llvm::cl::cat(runCategory));
 
 llvm::cl::opt<bool>
@@ -278,6 +285,30 @@ struct ShardedOutcome {
   double wallMs = 0;
 };
 
+/// Exit code of a run that cannot happen here (no GPU, no NCCL in this
+/// build): automake's "skipped", which ctest and lit can be told about.
+constexpr int kSkippedExitCode = 77;
+
+/// The backend of sharded runs other than the default loopback backend.
+BackendFactory backendFactory() {
+#if POLYMESH_HAVE_NCCL
+  if (backend == "nccl")
+    return [](const std::vector<int64_t> &devices)
+               -> absl::StatusOr<std::unique_ptr<runtime::Backend>> {
+      runtime::NcclOptions options;
+      // Tiles are host memory: the backend stages them through the GPU.
+      options.buffers = runtime::NcclBuffers::Host;
+      options.timeout = absl::Seconds(60);
+      absl::StatusOr<std::unique_ptr<runtime::NcclBackend>> created =
+          runtime::NcclBackend::createSingleProcess(devices, options);
+      if (!created.ok())
+        return created.status();
+      return std::unique_ptr<runtime::Backend>(std::move(*created));
+    };
+#endif
+  return {};
+}
+
 /// Runs planned, movement-only `planned` through the plan executor.
 llvm::Expected<ShardedOutcome> runMovementOnly(func::FuncOp planned,
                                                const FunctionSignature &signature) {
@@ -289,7 +320,7 @@ llvm::Expected<ShardedOutcome> runMovementOnly(func::FuncOp planned,
     return program.takeError();
   // Runtime errors (a plan the executor rejects, a timeout, mismatched
   // calls) come back as errors with the runtime's message.
-  llvm::Expected<MovementRun> run = runMovement(*program);
+  llvm::Expected<MovementRun> run = runMovement(*program, backendFactory());
   if (!run)
     return run.takeError();
   return ShardedOutcome{std::move(run->results), run->bytesMoved,
@@ -393,10 +424,30 @@ bool runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
 }
 
 int runMain() {
-  if (backend != "loopback") {
+  if (backend != "loopback" && backend != "nccl") {
     llvm::errs() << "error: unsupported --backend='" << backend
-                 << "': the only backend is 'loopback'\n";
+                 << "': use 'loopback' or 'nccl'\n";
     return 1;
+  }
+  if (backend == "nccl") {
+#if POLYMESH_HAVE_NCCL
+    absl::StatusOr<int> gpus = runtime::cudaDeviceCount();
+    if (!gpus.ok() || *gpus == 0) {
+      llvm::outs() << "polymesh-run: skipped: "
+                   << (gpus.ok() ? std::string("no CUDA device")
+                                 : std::string(gpus.status().message()))
+                   << "\n";
+      return kSkippedExitCode;
+    }
+    // GPUs run data movement through the plan executor on NCCL (tiles in
+    // host memory, staged through the GPUs); the generated CUDA code
+    // (--polymesh-lower-to-cuda) moves data only and is not JIT-run yet.
+    shardedPath = ShardedPath::Executor;
+#else
+    llvm::outs() << "polymesh-run: skipped: this build has no NCCL backend "
+                    "(configure with the CUDA toolkit and NCCL)\n";
+    return kSkippedExitCode;
+#endif
   }
 
   DialectRegistry registry;

@@ -29,10 +29,12 @@
 #include "polymesh/Execution/HostTensor.h"
 #include "polymesh/Planner/Layout.h"
 #include "polymesh/Planner/TransferPlan.h"
+#include "polymesh/Runtime/Runtime.h"
 
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -133,7 +135,14 @@ struct MovementRun {
 /// (an input or result in other tiles than the transfer or declaration
 /// expects), a plan the executor rejects, or the backend's first error
 /// (timeouts, mismatched calls), with its message.
-llvm::Expected<MovementRun> runMovement(const MovementProgram &program);
+/// Makes the backend a sharded run uses for `devices` (sorted ids); the
+/// default is the loopback backend.
+using BackendFactory =
+    std::function<absl::StatusOr<std::unique_ptr<runtime::Backend>>(
+        const std::vector<int64_t> &devices)>;
+
+llvm::Expected<MovementRun> runMovement(const MovementProgram &program,
+                                        const BackendFactory &makeBackend = {});
 
 /// The first tile of `actual` that differs from `reference`.
 struct TileMismatch {
