@@ -13,8 +13,9 @@ every output is byte-identical to the first run's:
                 Abseil's per-process hash seed (an address) repeat
   heap          glibc malloc tunables that move every heap allocation, so
                 pointer order differs from the other runs
-and each configuration (ASLR on, except no-aslr) runs --repeat times, so
-Abseil's hash seed and every pointer change between runs.
+  rerun         threads-all again: with ASLR, each process has other
+                pointers and another Abseil hash seed
+Each configuration runs --repeat times (default 1).
 
 Compared outputs: the IR written with -o, stdout (stats, plans, leaf
 tables), stderr (diagnostics), the exit code, and every file the pipeline
@@ -49,6 +50,7 @@ def configurations():
         ('threads-all', [], [], {}),
         ('no-aslr', ['setarch', '-R'], [], {}),
         ('heap', [], [], {'GLIBC_TUNABLES': HEAP_TUNABLES}),
+        ('rerun', [], [], {}),
     ]
     return configs, len(cpus)
 
@@ -91,11 +93,11 @@ def main():
     parser.add_argument('workdir')
     parser.add_argument('inputs', nargs='+')
     parser.add_argument('--arg', action='append', default=[])
-    parser.add_argument('--repeat', type=int, default=2)
+    parser.add_argument('--repeat', type=int, default=1)
     options = parser.parse_args()
 
     configs, num_cpus = configurations()
-    print('configurations: %s; up to %d threads; %d runs each' % (
+    print('configurations: %s; up to %d threads; %d run(s) each' % (
         ', '.join(name for name, _, _, _ in configs), num_cpus,
         options.repeat))
     differing = 0
