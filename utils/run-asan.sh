@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the tools (polymesh-opt, polymesh-run) and every GoogleTest binary
+# Builds the tools (polymesh-opt, polymesh-run, polymesh-translate) and every
+# GoogleTest binary
 # with AddressSanitizer + UndefinedBehaviorSanitizer in build-asan/
 # (RelWithDebInfo, so reports have line numbers) and runs ctest there: the
 # lit suite against the instrumented tools (lit reads their paths from
@@ -16,13 +17,13 @@ build=build-asan
     -DPOLYMESH_ENABLE_ASAN=ON
 
 # Exactly what ctest runs: the lit suite's tools, and every GoogleTest
-# binary (each of their tests is named after its binary). Not the
-# benchmarks.
+# binary and tool ctest runs (a test is named after its target, or after its
+# target and a variant: PolymeshNcclBackendTests.Gpu). Not the benchmarks.
 tests=$(ctest --test-dir $build -N | sed -n 's/^ *Test *#[0-9]*: //p' |
-  grep -vx polymesh-lit)
+  sed 's/\..*//' | sort -u | grep -vx polymesh-lit)
 # shellcheck disable=SC2086 # one target per word
 cmake --build $build -j"${ASAN_JOBS:-$(nproc)}" \
-  --target polymesh-opt polymesh-run $tests
+  --target polymesh-opt polymesh-run polymesh-translate $tests
 
 # lit passes these variables on to the tools it runs. allow_user_poisoning=0:
 # LLVM's BumpPtrAllocator poisons its slabs in code built with ASan (ours,
