@@ -12,6 +12,7 @@
 
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Conversion/Passes.h"
+#include "polymesh/Support/LargeStack.h"
 #include "polymesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -51,6 +52,9 @@ int main(int argc, char **argv) {
   polymesh::registerPolymeshConversionPasses();
   polymesh::registerPolymeshPipelines();
 
-  return mlir::asMainReturnCode(
-      mlir::MlirOptMain(argc, argv, "Polymesh optimizer driver\n", registry));
+  // Deeply nested input recurses in MLIR's parser: a large stack.
+  return polymesh::runWithLargeStack([&] {
+    return mlir::asMainReturnCode(
+        mlir::MlirOptMain(argc, argv, "Polymesh optimizer driver\n", registry));
+  });
 }

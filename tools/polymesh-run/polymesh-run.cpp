@@ -39,6 +39,7 @@
 #include "polymesh/Execution/ReferenceRunner.h"
 #include "polymesh/Execution/ShardedRunner.h"
 #include "polymesh/Runtime/Runtime.h"
+#include "polymesh/Support/LargeStack.h"
 #include "polymesh/Transforms/Passes.h"
 #if POLYMESH_HAVE_NCCL
 #include "polymesh/Runtime/NcclBackend.h"
@@ -544,5 +545,6 @@ int main(int argc, char **argv) {
       "sharded (propagated, planned, partitioned and lowered to the CPU, one "
       "thread per device on the loopback runtime) and every device's result "
       "tiles are compared with the reference bit for bit.\n");
-  return runMain();
+  // Deeply nested input recurses in MLIR's parser: a large stack.
+  return polymesh::runWithLargeStack(runMain);
 }

@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Conversion/Passes.h"
+#include "polymesh/Support/LargeStack.h"
 
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -77,5 +78,10 @@ int main(int argc, char **argv) {
       "mlir-to-llvmir", "Translate a module in the LLVM dialect to LLVM IR",
       [](Operation *op, llvm::raw_ostream &os) { return toLLVMIR(op, os); },
       registerDialects);
-  return failed(mlirTranslateMain(argc, argv, "Polymesh translation driver"));
+  // Deeply nested input recurses in MLIR's parser: a large stack.
+  return polymesh::runWithLargeStack([&] {
+    return failed(mlirTranslateMain(argc, argv, "Polymesh translation driver"))
+               ? 1
+               : 0;
+  });
 }
