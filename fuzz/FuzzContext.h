@@ -14,6 +14,7 @@
 #ifndef POLYMESH_FUZZ_FUZZCONTEXT_H
 #define POLYMESH_FUZZ_FUZZCONTEXT_H
 
+#include "polymesh/Conversion/Passes.h"
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -62,6 +63,8 @@ inline const mlir::DialectRegistry &registry() {
     mlir::linalg::registerShardingInterfaceExternalModels(*r);
     mlir::tensor::registerShardingInterfaceExternalModels(*r);
     mlir::tosa::registerShardingInterfaceExternalModels(*r);
+    // --polymesh-lower-to-cpu bufferizes and lowers to LLVM in-process.
+    polymesh::registerHostLoweringDialects(*r);
     return r;
   }();
   return *registry;

@@ -1,21 +1,22 @@
-//===- PipelineFuzzer.cpp - libFuzzer target: propagate, then plan --------===//
+//===- PipelineFuzzer.cpp - libFuzzer target: the CPU pipeline ------------===//
 //
 // Part of Polymesh.
 //
 //===----------------------------------------------------------------------===//
 //
 // polymesh-fuzz-pipeline: every input that parses and verifies goes through
-// --polymesh-propagate and then --polymesh-plan, the pipeline that exists
-// today. A pass may fail with a diagnostic; it must not crash, abort or trip
-// a sanitizer. Each pass that succeeds must leave IR that verifies: a pass
+// the CPU pipeline: --polymesh-propagate, --polymesh-plan (whose output must
+// print and parse back), --polymesh-partition and --polymesh-lower-to-cpu. A
+// pass may fail with a diagnostic; it must not crash, abort or trip a
+// sanitizer. Each pass that succeeds must leave IR that verifies: a pass
 // that reports success over invalid IR is a bug too, which the PassManager's
-// own verifier would turn into a mere failure. The result must print and
-// parse back.
+// own verifier would turn into a mere failure.
 //
 //===----------------------------------------------------------------------===//
 
 #include "FuzzContext.h"
 
+#include "polymesh/Conversion/Passes.h"
 #include "polymesh/Transforms/Passes.h"
 
 #include "mlir/IR/Verifier.h"
@@ -72,5 +73,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     llvm::errs().flush();
     __builtin_trap();
   }
+  // Then the per-device programs and their CPU code: either may refuse an
+  // input with a diagnostic, but not crash, and partitioned IR must verify.
+  if (!runPass(*module, polymesh::createPolymeshPartition()))
+    return 0;
+  runPass(*module, polymesh::createPolymeshLowerToCpu());
   return 0;
 }

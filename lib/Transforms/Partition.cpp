@@ -46,11 +46,16 @@ using namespace polymesh;
 namespace {
 
 /// A tensor value of the global function with its layout and, per device
-/// position, its box (empty boxes for devices outside its mesh).
+/// position, its box (empty boxes for devices outside its mesh), flattened:
+/// `lo[p * rank + d]` and `extent[p * rank + d]`, so that a mesh of 2^20
+/// devices costs two arrays, not two vectors per device.
 struct ValueInfo {
   Value value;
   std::optional<planner::TensorLayout> layout;
-  std::vector<planner::Box> boxes;
+  size_t rank = 0;
+  std::vector<int64_t> lo, extent;
+  /// The mesh's symbol: devices are collected once per mesh.
+  mlir::StringAttr meshName;
 };
 
 bool isZero(Value value) {
@@ -125,7 +130,8 @@ LogicalResult FunctionPartitioner::collect() {
     if (failed(layout))
       return failure();
     infoOf[value] = infos.size();
-    infos.push_back({value, std::move(*layout), {}});
+    infos.push_back({value, std::move(*layout), 0, {}, {},
+                     sharding.getMeshName().getAttr()});
     return success();
   };
 
@@ -170,7 +176,10 @@ LogicalResult FunctionPartitioner::collect() {
   }
 
   std::vector<int64_t> ids;
+  llvm::SmallPtrSet<Attribute, 8> meshesSeen;
   for (const ValueInfo &info : infos) {
+    if (!meshesSeen.insert(info.meshName).second)
+      continue;
     const planner::Mesh &mesh = info.layout->mesh();
     for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p)
       ids.push_back(mesh.deviceAt(p));
@@ -186,11 +195,18 @@ LogicalResult FunctionPartitioner::collect() {
     positionOf[id] = position;
   for (ValueInfo &info : infos) {
     size_t rank = info.layout->shape().size();
-    info.boxes.assign(devices.size(), planner::Box{std::vector<int64_t>(rank, 0),
-                                                   std::vector<int64_t>(rank, 0)});
+    info.rank = rank;
+    info.lo.assign(devices.size() * rank, 0);
+    info.extent.assign(devices.size() * rank, 0);
     const planner::Mesh &mesh = info.layout->mesh();
-    for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p)
-      info.boxes[positionOf[mesh.deviceAt(p)]] = info.layout->boxAtPosition(p);
+    for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p) {
+      planner::Box box = info.layout->boxAtPosition(p);
+      size_t at = positionOf[mesh.deviceAt(p)] * rank;
+      for (size_t d = 0; d < rank; ++d) {
+        info.lo[at + d] = box.lo[d];
+        info.extent[at + d] = box.hi[d] - box.lo[d];
+      }
+    }
   }
   return success();
 }
@@ -198,10 +214,10 @@ LogicalResult FunctionPartitioner::collect() {
 RankedTensorType FunctionPartitioner::localType(Value value,
                                                 int64_t position) const {
   auto type = cast<RankedTensorType>(value.getType());
-  const planner::Box &box = infos[infoOf.lookup(value)].boxes[position];
-  SmallVector<int64_t> extents;
-  for (size_t d = 0; d < box.lo.size(); ++d)
-    extents.push_back(box.hi[d] - box.lo[d]);
+  const ValueInfo &info = infos[infoOf.lookup(value)];
+  SmallVector<int64_t> extents(info.extent.begin() + position * info.rank,
+                               info.extent.begin() +
+                                   (position + 1) * info.rank);
   return RankedTensorType::get(extents, type.getElementType());
 }
 
@@ -326,8 +342,7 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
         const ValueInfo &info = infos[infoOf.lookup(constant.getResult())];
         int64_t rank = global.getRank();
         SmallVector<int64_t> offsets;
-        for (const planner::Box &box : info.boxes)
-          offsets.append(box.lo.begin(), box.lo.end());
+        offsets.append(info.lo.begin(), info.lo.end());
         auto tableType = RankedTensorType::get(
             {static_cast<int64_t>(devices.size()), rank},
             builder.getIndexType());
@@ -409,16 +424,23 @@ LogicalResult FunctionPartitioner::run() {
   if (failed(collect()))
     return failure();
   // Devices with the same tile extents for every value share a program.
-  std::map<std::vector<int64_t>, unsigned> classOf;
+  // Every device's key (its extents of every value) in one flat array, so
+  // that a mesh of 2^20 devices costs no allocation per device.
+  size_t keySize = 0;
+  for (const ValueInfo &info : infos)
+    keySize += info.rank;
+  std::vector<int64_t> keys(devices.size() * keySize);
+  for (size_t position = 0; position < devices.size(); ++position) {
+    int64_t *key = keys.data() + position * keySize;
+    for (const ValueInfo &info : infos)
+      key = std::copy(info.extent.begin() + position * info.rank,
+                      info.extent.begin() + (position + 1) * info.rank, key);
+  }
+  llvm::DenseMap<ArrayRef<int64_t>, unsigned> classOf;
   std::vector<std::vector<int64_t>> classDevices;
   std::vector<int64_t> representatives;
   for (size_t position = 0; position < devices.size(); ++position) {
-    std::vector<int64_t> key;
-    for (const ValueInfo &info : infos) {
-      const planner::Box &box = info.boxes[position];
-      for (size_t d = 0; d < box.lo.size(); ++d)
-        key.push_back(box.hi[d] - box.lo[d]);
-    }
+    ArrayRef<int64_t> key(keys.data() + position * keySize, keySize);
     auto [it, inserted] = classOf.try_emplace(key, classDevices.size());
     if (inserted) {
       classDevices.emplace_back();
