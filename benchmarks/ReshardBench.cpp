@@ -67,9 +67,9 @@ MLIRContext &context() {
   static MLIRContext *ctx = [] {
     DialectRegistry registry;
     registry.insert<polymesh::PolymeshDialect, arith::ArithDialect,
-                    func::FuncDialect, linalg::LinalgDialect,
-                    math::MathDialect, shard::ShardDialect,
-                    tensor::TensorDialect, tosa::TosaDialect>();
+                    func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
+                    shard::ShardDialect, tensor::TensorDialect,
+                    tosa::TosaDialect>();
     arith::registerShardingInterfaceExternalModels(registry);
     func::registerShardingInterfaceExternalModels(registry);
     linalg::registerShardingInterfaceExternalModels(registry);
@@ -124,7 +124,9 @@ void BM_Reshard256MiB(benchmark::State &state) {
   state.SetBytesProcessed(state.iterations() * reshardBytes);
   state.counters["bytes_moved"] = static_cast<double>(reshardBytes);
 }
-BENCHMARK(BM_Reshard256MiB)->UseManualTime()->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_Reshard256MiB)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 
 void BM_Memcpy256MiB(benchmark::State &state) {
@@ -142,7 +144,9 @@ void BM_Memcpy256MiB(benchmark::State &state) {
   }
   state.SetBytesProcessed(state.iterations() * bytes);
 }
-BENCHMARK(BM_Memcpy256MiB)->UseManualTime()->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_Memcpy256MiB)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 
 void compileSharded(benchmark::State &state, const char *path) {
@@ -179,16 +183,20 @@ void compileReference(benchmark::State &state, const char *path) {
 
 BENCHMARK_CAPTURE(compileSharded, flax,
                   POLYMESH_EXAMPLES_DIR "/flax-multi-mesh-init.mlir")
-    ->Unit(benchmark::kMillisecond)->Iterations(5);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 BENCHMARK_CAPTURE(compileReference, flax,
                   POLYMESH_EXAMPLES_DIR "/flax-multi-mesh-init.mlir")
-    ->Unit(benchmark::kMillisecond)->Iterations(5);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 BENCHMARK_CAPTURE(compileSharded, orbax,
                   POLYMESH_EXAMPLES_DIR "/orbax-single-replica-restore.mlir")
-    ->Unit(benchmark::kMillisecond)->Iterations(5);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 BENCHMARK_CAPTURE(compileReference, orbax,
                   POLYMESH_EXAMPLES_DIR "/orbax-single-replica-restore.mlir")
-    ->Unit(benchmark::kMillisecond)->Iterations(5);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
 
 } // namespace
 

@@ -41,7 +41,8 @@ const std::vector<int64_t> &PlanTableBuilder::devicesOf(Operation *op) {
 }
 
 MemRefType PlanTableBuilder::globalType(const std::string &name) {
-  return cast<MemRefType>(module.lookupSymbol<memref::GlobalOp>(name).getType());
+  return cast<MemRefType>(
+      module.lookupSymbol<memref::GlobalOp>(name).getType());
 }
 
 std::string PlanTableBuilder::addGlobal(StringRef name, ArrayRef<int64_t> shape,
@@ -58,15 +59,15 @@ std::string PlanTableBuilder::addGlobal(StringRef name, ArrayRef<int64_t> shape,
 }
 
 LLVM::LLVMFuncOp polymesh::conversion::declareFunction(ModuleOp module,
-                                                     StringRef name,
-                                                     Type result,
-                                                     ArrayRef<Type> args) {
+                                                       StringRef name,
+                                                       Type result,
+                                                       ArrayRef<Type> args) {
   if (auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(name))
     return existing;
   OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());
-  auto function = LLVM::LLVMFuncOp::create(
-      builder, module.getLoc(), name,
-      LLVM::LLVMFunctionType::get(result, args));
+  auto function =
+      LLVM::LLVMFuncOp::create(builder, module.getLoc(), name,
+                               LLVM::LLVMFunctionType::get(result, args));
   return function;
 }
 
@@ -102,8 +103,8 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   absl::StatusOr<planner::DeviceSchedule> schedule =
       planner::scheduleForDevices(plan, *source, *destination, devices);
   if (!schedule.ok())
-    return op.emitError() << "cannot schedule plan " << op.getPlanAttr()
-                          << ": " << std::string(schedule.status().message());
+    return op.emitError() << "cannot schedule plan " << op.getPlanAttr() << ": "
+                          << std::string(schedule.status().message());
 
   PlanTables &tables = plans[planName];
   tables.schedule = std::move(*schedule);
@@ -138,13 +139,13 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
       for (const planner::CommRow &row : mine.comm) {
         int64_t rank;
         if (row.kind == planner::CommKind::Broadcast)
-          rank = llvm::find(segment.members, row.peer) - segment.members.begin();
+          rank =
+              llvm::find(segment.members, row.peer) - segment.members.begin();
         else
           rank = llvm::lower_bound(devices, row.peer) - devices.begin();
-        comms.insert(comms.end(),
-                     {static_cast<int64_t>(row.kind), row.peer,
-                      row.stagingOffset, row.bytes, rank,
-                      static_cast<int64_t>(row.space)});
+        comms.insert(comms.end(), {static_cast<int64_t>(row.kind), row.peer,
+                                   row.stagingOffset, row.bytes, rank,
+                                   static_cast<int64_t>(row.space)});
       }
       ranges.push_back(comms.size() / kCommColumns);
       ranges.push_back(copies.size() / copyColumns);
@@ -177,8 +178,9 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
 }
 
 /// Emits code with a builder positioned inside one exchange's lowering.
-LogicalResult polymesh::conversion::finishPartitionedModule(
-    ModuleOp module, bool readOnlyArguments) {
+LogicalResult
+polymesh::conversion::finishPartitionedModule(ModuleOp module,
+                                              bool readOnlyArguments) {
   // Plans, meshes and sharding attributes have served their purpose; what
   // remains is ordinary host code.
   SmallVector<Operation *> erase;
@@ -217,14 +219,14 @@ LogicalResult polymesh::conversion::finishPartitionedModule(
     if (auto function = dyn_cast<FunctionOpInterface>(op)) {
       for (unsigned i = 0, e = function.getNumResults(); i < e; ++i)
         function.removeResultAttr(
-            i, StringAttr::get(op->getContext(), PolymeshDialect::kLeafAttrName));
+            i,
+            StringAttr::get(op->getContext(), PolymeshDialect::kLeafAttrName));
       for (unsigned i = 0, e = function.getNumArguments(); i < e; ++i)
         function.removeArgAttr(
-            i,
-            StringAttr::get(op->getContext(), PolymeshDialect::kShardingAttrName));
+            i, StringAttr::get(op->getContext(),
+                               PolymeshDialect::kShardingAttrName));
     }
     return WalkResult::advance();
   });
   return failure(leftover.wasInterrupted());
 }
-

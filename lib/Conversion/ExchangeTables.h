@@ -133,9 +133,8 @@ public:
     return toI64(pointer);
   }
   Value pointer(Value address) {
-    return LLVM::IntToPtrOp::create(b, loc,
-                                    LLVM::LLVMPointerType::get(b.getContext()),
-                                    address);
+    return LLVM::IntToPtrOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext()), address);
   }
   Value global(StringRef name, ArrayRef<int64_t> shape) {
     auto type = MemRefType::get(shape, b.getI64Type());
@@ -154,7 +153,8 @@ public:
     LLVM::CallOp::create(b, loc, function, args);
   }
   /// Runs `body` with the builder inside a loop over [lower, upper).
-  void loop(Value lower, Value upper, llvm::function_ref<void(mlir::Value)> body) {
+  void loop(Value lower, Value upper,
+            llvm::function_ref<void(mlir::Value)> body) {
     auto forOp = scf::ForOp::create(b, loc, lower, upper, index(1));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(forOp.getBody()->getTerminator());
@@ -162,8 +162,9 @@ public:
   }
   void ifThenElse(Value condition, llvm::function_ref<void()> thenBody,
                   llvm::function_ref<void()> elseBody = nullptr) {
-    auto ifOp = scf::IfOp::create(b, loc, condition,
-                                  /*withElseRegion=*/static_cast<bool>(elseBody));
+    auto ifOp =
+        scf::IfOp::create(b, loc, condition,
+                          /*withElseRegion=*/static_cast<bool>(elseBody));
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPoint(ifOp.thenBlock()->getTerminator());
     thenBody();

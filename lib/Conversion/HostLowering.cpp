@@ -171,4 +171,3 @@ void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
   pm.addPass(createConvertIndexToLLVMPass());
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
-

@@ -66,22 +66,24 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
   Type ptrType = LLVM::LLVMPointerType::get(context);
   Type voidType = LLVM::LLVMVoidType::get(context);
 
-  LLVM::LLVMFuncOp mallocFn = declareFunction(module, "malloc", ptrType, {i64Type});
-  LLVM::LLVMFuncOp freeFn = declareFunction(module, "free", voidType, {ptrType});
+  LLVM::LLVMFuncOp mallocFn =
+      declareFunction(module, "malloc", ptrType, {i64Type});
+  LLVM::LLVMFuncOp freeFn =
+      declareFunction(module, "free", voidType, {ptrType});
   LLVM::LLVMFuncOp stagingFn = declareFunction(
       module, "polymesh_rt_staging", ptrType, {ptrType, i64Type, i64Type});
-  LLVM::LLVMFuncOp groupStart =
-      declareFunction(module, "polymesh_rt_group_start", i32Type, {ptrType, i64Type});
-  LLVM::LLVMFuncOp groupEnd =
-      declareFunction(module, "polymesh_rt_group_end", i32Type, {ptrType, i64Type});
+  LLVM::LLVMFuncOp groupStart = declareFunction(
+      module, "polymesh_rt_group_start", i32Type, {ptrType, i64Type});
+  LLVM::LLVMFuncOp groupEnd = declareFunction(module, "polymesh_rt_group_end",
+                                              i32Type, {ptrType, i64Type});
   LLVM::LLVMFuncOp sendFn =
       declareFunction(module, "polymesh_rt_send", i32Type,
-              {ptrType, i64Type, i64Type, ptrType, i64Type});
+                      {ptrType, i64Type, i64Type, ptrType, i64Type});
   LLVM::LLVMFuncOp recvFn =
       declareFunction(module, "polymesh_rt_recv", i32Type,
-              {ptrType, i64Type, i64Type, ptrType, i64Type});
-  LLVM::LLVMFuncOp broadcastFn = declareFunction(module, 
-      "polymesh_rt_broadcast", i32Type,
+                      {ptrType, i64Type, i64Type, ptrType, i64Type});
+  LLVM::LLVMFuncOp broadcastFn = declareFunction(
+      module, "polymesh_rt_broadcast", i32Type,
       {ptrType, i64Type, ptrType, i64Type, i64Type, ptrType, ptrType, i64Type});
 
   OpBuilder builder(op);
@@ -127,10 +129,12 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
   Value stagingBytes = e.load(stagingTable, {position});
   // The runtime keeps one staging buffer per device for the whole run:
   // no allocation (or page faults on fresh pages) per exchange.
-  Value staging = LLVM::CallOp::create(builder, loc, stagingFn,
-                                       ValueRange{runtime, device, stagingBytes})
-                      .getResult();
-  Value stagingAddress = LLVM::PtrToIntOp::create(builder, loc, i64Type, staging);
+  Value staging =
+      LLVM::CallOp::create(builder, loc, stagingFn,
+                           ValueRange{runtime, device, stagingBytes})
+          .getResult();
+  Value stagingAddress =
+      LLVM::PtrToIntOp::create(builder, loc, i64Type, staging);
 
   int64_t outer = schedule.outerDims;
   Value copies, comms;
@@ -139,9 +143,8 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
     return tables_.globalType(name);
   };
   if (!tables.copies.empty())
-    copies = memref::GetGlobalOp::create(builder, loc,
-                                         globalType(tables.copies),
-                                         tables.copies);
+    copies = memref::GetGlobalOp::create(
+        builder, loc, globalType(tables.copies), tables.copies);
   if (!tables.comms.empty())
     comms = memref::GetGlobalOp::create(builder, loc, globalType(tables.comms),
                                         tables.comms);
@@ -151,17 +154,15 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
   auto baseOf = [&](Value space) {
     Value isSource = e.eq(space, 0);
     Value isResult = e.eq(space, 1);
-    Value other =
-        arith::SelectOp::create(builder, loc, isResult, resultAddress,
-                                stagingAddress);
-    return arith::SelectOp::create(builder, loc, isSource, sourceAddress,
-                                   other)
+    Value other = arith::SelectOp::create(builder, loc, isResult, resultAddress,
+                                          stagingAddress);
+    return arith::SelectOp::create(builder, loc, isSource, sourceAddress, other)
         .getResult();
   };
 
   auto accumulate = [&](Value from, Value to, Value runBytes) {
-    Value count = e.toIndex(arith::DivSIOp::create(builder, loc, runBytes,
-                                                   e.i64(elementBytes)));
+    Value count = e.toIndex(
+        arith::DivSIOp::create(builder, loc, runBytes, e.i64(elementBytes)));
     e.loop(e.index(0), count, [&](Value j) {
       Value offset = e.mul(e.toI64(j), e.i64(elementBytes));
       Value src = e.pointer(e.add(from, offset));
@@ -251,32 +252,33 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
         return e.load(comms, {row, e.index(c)});
       };
       if (segment.method == planner::SegmentMethod::SendRecv) {
-        Value any = arith::CmpIOp::create(builder, loc,
-                                          arith::CmpIPredicate::slt, begin,
-                                          end);
+        Value any = arith::CmpIOp::create(
+            builder, loc, arith::CmpIPredicate::slt, begin, end);
         e.ifThenElse(any, [&]() {
           e.call(groupStart, {runtime, device});
           e.loop(begin, end, [&](Value row) {
             Value peer = commColumn(row, kPeer);
-            Value at = e.pointer(
-                e.add(baseOf(commColumn(row, kSpace)),
-                  commColumn(row, kStagingOffset)));
+            Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
+                                       commColumn(row, kStagingOffset)));
             Value bytes = commColumn(row, kBytes);
             e.ifThenElse(
                 e.eq(commColumn(row, kCommKind), 0),
-                [&]() { e.call(sendFn, {runtime, device, peer, at, bytes}); },
-                [&]() { e.call(recvFn, {runtime, device, peer, at, bytes}); });
+                [&]() {
+                  e.call(sendFn, {runtime, device, peer, at, bytes});
+                },
+                [&]() {
+                  e.call(recvFn, {runtime, device, peer, at, bytes});
+                });
           });
           e.call(groupEnd, {runtime, device});
         });
       } else if (segment.method == planner::SegmentMethod::Broadcast) {
         int64_t numMembers = segment.members.size();
-        Value members = e.pointer(
-            e.address(e.global(tables.members[index], {numMembers})));
+        Value members =
+            e.pointer(e.address(e.global(tables.members[index], {numMembers})));
         e.loop(begin, end, [&](Value row) {
-          Value at = e.pointer(
-              e.add(baseOf(commColumn(row, kSpace)),
-                  commColumn(row, kStagingOffset)));
+          Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
+                                     commColumn(row, kStagingOffset)));
           e.call(broadcastFn,
                  {runtime, device, members, e.i64(numMembers),
                   commColumn(row, kPeer), at, at, commColumn(row, kBytes)});

@@ -91,9 +91,8 @@ gpu::GPUModuleOp KernelBuilder::kernelModule() {
     return gpuModule;
   MLIRContext *context = module.getContext();
   OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
-  auto target = NVVM::NVVMTargetAttr::get(context, /*optLevel=*/2,
-                                          "nvptx64-nvidia-cuda", chip,
-                                          features);
+  auto target = NVVM::NVVMTargetAttr::get(
+      context, /*optLevel=*/2, "nvptx64-nvidia-cuda", chip, features);
   gpuModule = gpu::GPUModuleOp::create(builder, module.getLoc(), kKernelModule,
                                        builder.getArrayAttr({target}));
   module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
@@ -136,9 +135,7 @@ gpu::GPUFuncOp KernelBuilder::get(KernelKind kind, int64_t outer,
   Value runUnits = entry.getArgument(2);
   Value total = entry.getArgument(3 + 3 * outer);
 
-  auto dim = [&](auto op) {
-    return e.toI64(op);
-  };
+  auto dim = [&](auto op) { return e.toI64(op); };
   Value blockId = dim(gpu::BlockIdOp::create(builder, loc, gpu::Dimension::x));
   Value blockDim =
       dim(gpu::BlockDimOp::create(builder, loc, gpu::Dimension::x));
@@ -175,10 +172,9 @@ gpu::GPUFuncOp KernelBuilder::get(KernelKind kind, int64_t outer,
     switch (kind) {
     case KernelKind::Copy: {
       // 16-byte units move as one vector load and store.
-      Type unitType =
-          unitBytes == 16
-              ? Type(VectorType::get({4}, builder.getI32Type()))
-              : Type(builder.getIntegerType(8 * unitBytes));
+      Type unitType = unitBytes == 16
+                          ? Type(VectorType::get({4}, builder.getI32Type()))
+                          : Type(builder.getIntegerType(8 * unitBytes));
       Value value = LLVM::LoadOp::create(builder, loc, unitType,
                                          at(src, srcOffset), unitBytes);
       LLVM::StoreOp::create(builder, loc, value, to, unitBytes);
@@ -279,11 +275,11 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
   LLVM::LLVMFuncOp groupStart = fn("ncclGroupStart", i32Type, {});
   LLVM::LLVMFuncOp groupEnd = fn("ncclGroupEnd", i32Type, {});
   LLVM::LLVMFuncOp sendFn =
-      fn("ncclSend", i32Type, {ptrType, i64Type, i32Type, i32Type, ptrType,
-                               ptrType});
+      fn("ncclSend", i32Type,
+         {ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
   LLVM::LLVMFuncOp recvFn =
-      fn("ncclRecv", i32Type, {ptrType, i64Type, i32Type, i32Type, ptrType,
-                               ptrType});
+      fn("ncclRecv", i32Type,
+         {ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
   LLVM::LLVMFuncOp broadcastFn =
       fn("ncclBroadcast", i32Type,
          {ptrType, ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
@@ -292,8 +288,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
     return LLVM::CallOp::create(builder, loc, function, args);
   };
   auto toPtrInt = [&](Value pointer) {
-    return LLVM::PtrToIntOp::create(builder, loc, i64Type, pointer)
-        .getResult();
+    return LLVM::PtrToIntOp::create(builder, loc, i64Type, pointer).getResult();
   };
   Value sourceAddress = toPtrInt(src);
   Value resultAddress = toPtrInt(dst);
@@ -306,11 +301,11 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
     sourceAddress = toPtrInt(scratch);
   }
 
-  Value stagingBytes =
-      e.load(e.global(plan.staging, {numDevices}), {position});
+  Value stagingBytes = e.load(e.global(plan.staging, {numDevices}), {position});
   Value staging =
-      call(alloc, {runtime, device,
-                   arith::MaxSIOp::create(builder, loc, stagingBytes, e.i64(1))})
+      call(alloc,
+           {runtime, device,
+            arith::MaxSIOp::create(builder, loc, stagingBytes, e.i64(1))})
           .getResult();
   Value stagingAddress = toPtrInt(staging);
 
@@ -331,8 +326,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                                    other)
         .getResult();
   };
-  auto launch = [&](gpu::GPUFuncOp kernel, Value from, Value to,
-                    Value runUnits, ArrayRef<Value> loops, Value total) {
+  auto launch = [&](gpu::GPUFuncOp kernel, Value from, Value to, Value runUnits,
+                    ArrayRef<Value> loops, Value total) {
     SmallVector<Value> args = {e.pointer(from), e.pointer(to), runUnits};
     args.append(loops.begin(), loops.end());
     args.push_back(total);
@@ -344,9 +339,9 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         e.i64(kMaxBlocks));
     Value one = e.index(1);
     gpu::LaunchFuncOp::create(
-        builder, loc, SymbolRefAttr::get(
-                          builder.getStringAttr(kKernelModule),
-                          {FlatSymbolRefAttr::get(kernel.getNameAttr())}),
+        builder, loc,
+        SymbolRefAttr::get(builder.getStringAttr(kKernelModule),
+                           {FlatSymbolRefAttr::get(kernel.getNameAttr())}),
         gpu::KernelDim3{e.toIndex(blocks), one, one},
         gpu::KernelDim3{e.index(kThreadsPerBlock), one, one},
         /*dynamicSharedMemorySize=*/Value(), args,
@@ -357,8 +352,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
   if (schedule.accumulatesIntoDestination && resultBytes > 0) {
     // The plan adds into its destination: start from zeros (one run).
     Value bytes = e.i64(resultBytes);
-    launch(kernels.get(KernelKind::Zero, /*outer=*/0, 1, Type()),
-           resultAddress, resultAddress, bytes, {}, bytes);
+    launch(kernels.get(KernelKind::Zero, /*outer=*/0, 1, Type()), resultAddress,
+           resultAddress, bytes, {}, bytes);
   }
 
   auto runCopies = [&](Value begin, Value end) {
@@ -381,8 +376,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         runs = e.mul(runs, loops[d]);
       auto launchUnits = [&](KernelKind kernelKind, int64_t unitBytes,
                              Type type) {
-        Value runUnits = arith::DivSIOp::create(builder, loc, runBytes,
-                                                e.i64(unitBytes));
+        Value runUnits =
+            arith::DivSIOp::create(builder, loc, runBytes, e.i64(unitBytes));
         launch(kernels.get(kernelKind, outer, unitBytes, type), from, to,
                runUnits, loops, e.mul(runs, runUnits));
       };
@@ -392,9 +387,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         bits = arith::OrIOp::create(builder, loc, bits, runBytes);
         for (int64_t c = outer; c < 3 * outer; ++c)
           bits = arith::OrIOp::create(builder, loc, bits, loops[c]);
-        Value aligned = e.eq(arith::AndIOp::create(builder, loc, bits,
-                                                   e.i64(15)),
-                             0);
+        Value aligned =
+            e.eq(arith::AndIOp::create(builder, loc, bits, e.i64(15)), 0);
         e.ifThenElse(
             aligned, [&]() { launchUnits(KernelKind::Copy, 16, Type()); },
             [&]() { launchUnits(KernelKind::Copy, 1, Type()); });
@@ -404,8 +398,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
       e.ifThenElse(e.eq(kind, 0), copyRow, [&]() {
         auto zero = [&]() { launchUnits(KernelKind::Zero, 1, Type()); };
         auto add = [&]() {
-          launchUnits(KernelKind::Accumulate, elementBytesOf(element),
-                      element);
+          launchUnits(KernelKind::Accumulate, elementBytesOf(element), element);
         };
         if (!plan.hasAccumulate)
           return zero();
@@ -440,9 +433,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         e.ifThenElse(any, [&]() {
           call(groupStart, {});
           e.loop(begin, end, [&](Value row) {
-            Value at = e.pointer(
-                e.add(baseOf(commColumn(row, kSpace)),
-                  commColumn(row, kStagingOffset)));
+            Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
+                                       commColumn(row, kStagingOffset)));
             Value bytes = commColumn(row, kBytes);
             Value rank = rankOf(row);
             e.ifThenElse(
@@ -458,15 +450,14 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         });
       } else if (segment.method == planner::SegmentMethod::Broadcast) {
         int64_t numMembers = segment.members.size();
-        Value members = e.pointer(
-            e.address(e.global(plan.members[index], {numMembers})));
+        Value members =
+            e.pointer(e.address(e.global(plan.members[index], {numMembers})));
         e.loop(begin, end, [&](Value row) {
           Value comm =
               call(commFn, {runtime, device, members, e.i64(numMembers)})
                   .getResult();
-          Value at = e.pointer(
-              e.add(baseOf(commColumn(row, kSpace)),
-                  commColumn(row, kStagingOffset)));
+          Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
+                                     commColumn(row, kStagingOffset)));
           call(broadcastFn, {at, at, commColumn(row, kBytes), uint8,
                              rankOf(row), comm, stream});
         });
@@ -506,9 +497,9 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
   for (unsigned i = 0; i < numInputs + numResults; ++i)
     args.push_back(ptrType);
   OpBuilder builder(function);
-  auto host = func::FuncOp::create(builder, function.getLoc(),
-                                   function.getSymName(),
-                                   builder.getFunctionType(args, {}));
+  auto host =
+      func::FuncOp::create(builder, function.getLoc(), function.getSymName(),
+                           builder.getFunctionType(args, {}));
   host.setVisibility(function.getVisibility());
   for (NamedAttribute attr : function->getDiscardableAttrs())
     host->setAttr(attr.getName(), attr.getValue());
@@ -532,9 +523,9 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
                              {ptrType, i64Type, ptrType, ptrType, i64Type});
   LLVM::LLVMFuncOp synchronize =
       fn("polymesh_rt_device_synchronize", i32Type, {ptrType, i64Type});
-  stream = LLVM::CallOp::create(builder, loc, streamFn,
-                                ValueRange{runtime, device})
-               .getResult();
+  stream =
+      LLVM::CallOp::create(builder, loc, streamFn, ValueRange{runtime, device})
+          .getResult();
   // Launches depend on the device's stream: gpu-to-llvm turns an async
   // token into the stream it stands for, so kernels run in order with the
   // NCCL calls on that stream.
@@ -548,10 +539,9 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
       {static_cast<int64_t>(devices.size())}, devices);
   Value devicesPointer = e.pointer(e.address(
       e.global(devicesTable, {static_cast<int64_t>(devices.size())})));
-  worldComm = LLVM::CallOp::create(
-                  builder, loc, commFn,
-                  ValueRange{runtime, device, devicesPointer,
-                             e.i64(devices.size())})
+  worldComm = LLVM::CallOp::create(builder, loc, commFn,
+                                   ValueRange{runtime, device, devicesPointer,
+                                              e.i64(devices.size())})
                   .getResult();
 
   llvm::DenseMap<Value, Value> pointerOf;

@@ -71,8 +71,7 @@ llvm::orc::SymbolMap runtimeSymbols(llvm::orc::MangleAndInterner interner) {
   llvm::orc::SymbolMap symbols;
   auto add = [&](const char *name, auto *function) {
     symbols[interner(name)] = llvm::orc::ExecutorSymbolDef(
-        llvm::orc::ExecutorAddr::fromPtr(
-            reinterpret_cast<void *>(function)),
+        llvm::orc::ExecutorAddr::fromPtr(reinterpret_cast<void *>(function)),
         llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
   };
 #define POLYMESH_RT_SYMBOL(name) add(#name, &name)

@@ -81,9 +81,10 @@ private:
 };
 
 /// The layout of a tensor of `type` under `sharding`, or an error.
-llvm::Expected<planner::TensorLayout>
-layoutOf(SymbolTableCollection &symbols, Operation *anchor,
-         ShardingAttr sharding, Type type, const llvm::Twine &what) {
+llvm::Expected<planner::TensorLayout> layoutOf(SymbolTableCollection &symbols,
+                                               Operation *anchor,
+                                               ShardingAttr sharding, Type type,
+                                               const llvm::Twine &what) {
   if (!sharding)
     return error(what + " has no sharding after propagation");
   MeshAttr mesh = lookupMesh(symbols, anchor, sharding.getMeshName());
@@ -94,9 +95,8 @@ layoutOf(SymbolTableCollection &symbols, Operation *anchor,
   if (!tensor)
     return error(what + " is not a ranked tensor");
   DiagnosticCapture capture(anchor->getContext(), /*forward=*/false);
-  FailureOr<planner::TensorLayout> layout =
-      toTensorLayout([&] { return anchor->emitError(); }, sharding, mesh,
-                     tensor);
+  FailureOr<planner::TensorLayout> layout = toTensorLayout(
+      [&] { return anchor->emitError(); }, sharding, mesh, tensor);
   if (failed(layout))
     return error(what + ": " + capture.firstError("invalid layout"));
   return std::move(*layout);
@@ -113,21 +113,21 @@ llvm::Expected<ShardedFunction> recordGlobal(func::FuncOp func) {
   function.signature = std::move(*signature);
   SymbolTableCollection symbols;
   for (unsigned i = 0, e = func.getNumArguments(); i < e; ++i) {
-    auto layout = layoutOf(
-        symbols, func,
-        func.getArgAttrOfType<ShardingAttr>(i,
-                                            PolymeshDialect::kShardingAttrName),
-        func.getArgument(i).getType(), "argument #" + llvm::Twine(i));
+    auto layout =
+        layoutOf(symbols, func,
+                 func.getArgAttrOfType<ShardingAttr>(
+                     i, PolymeshDialect::kShardingAttrName),
+                 func.getArgument(i).getType(), "argument #" + llvm::Twine(i));
     if (!layout)
       return layout.takeError();
     function.argumentLayouts.push_back(std::move(*layout));
   }
   for (unsigned i = 0, e = func.getNumResults(); i < e; ++i) {
-    auto layout = layoutOf(
-        symbols, func,
-        func.getResultAttrOfType<ShardingAttr>(
-            i, PolymeshDialect::kShardingAttrName),
-        func.getResultTypes()[i], "result #" + llvm::Twine(i));
+    auto layout =
+        layoutOf(symbols, func,
+                 func.getResultAttrOfType<ShardingAttr>(
+                     i, PolymeshDialect::kShardingAttrName),
+                 func.getResultTypes()[i], "result #" + llvm::Twine(i));
     if (!layout)
       return layout.takeError();
     function.resultLayouts.push_back(std::move(*layout));
@@ -184,8 +184,8 @@ void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
     auto fail = [&](const llvm::Twine &why) {
       failures[global] = ("@" + func.getSymName() + ": " + why).str();
     };
-    auto devices =
-        func->getAttrOfType<DenseI64ArrayAttr>(PolymeshDialect::kDevicesAttrName);
+    auto devices = func->getAttrOfType<DenseI64ArrayAttr>(
+        PolymeshDialect::kDevicesAttrName);
     if (!devices) {
       fail("no polymesh.devices");
       continue;
@@ -252,11 +252,10 @@ void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
       function.devices.push_back(device);
 
     // Every device that holds a tile must run, with its exact tiles.
-    auto check = [&](const planner::TensorLayout &layout,
-                     const TensorSignature &global, const char *what,
-                     size_t index,
-                     const std::vector<TensorSignature> PartitionClass::*list)
-        -> bool {
+    auto check =
+        [&](const planner::TensorLayout &layout, const TensorSignature &global,
+            const char *what, size_t index,
+            const std::vector<TensorSignature> PartitionClass::*list) -> bool {
       for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
         int64_t device = layout.mesh().deviceAt(p);
         if (classOf.count(device))
@@ -554,10 +553,9 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
     for (int64_t device : partition.devices) {
       DeviceWork &work = context.work[device];
       work.partition = &partition;
-      work.position =
-          std::lower_bound(function.devices.begin(), function.devices.end(),
-                           device) -
-          function.devices.begin();
+      work.position = std::lower_bound(function.devices.begin(),
+                                       function.devices.end(), device) -
+                      function.devices.begin();
     }
 
   // Inputs: every device fills its box of every argument, as the reference
@@ -604,10 +602,10 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
   // Inputs are read-only: a local program that wrote into an input tile
   // would corrupt a value that other ops (or the caller) still read.
   for (size_t i = 0; i < function.argumentLayouts.size(); ++i) {
-    ShardedTensor fresh = makeShardedInput(
-        function.signature.arguments[i].elementType,
-        function.argumentLayouts[i], static_cast<uint32_t>(i),
-        TileShape::Exact);
+    ShardedTensor fresh =
+        makeShardedInput(function.signature.arguments[i].elementType,
+                         function.argumentLayouts[i], static_cast<uint32_t>(i),
+                         TileShape::Exact);
     for (auto &[device, tile] : fresh.tiles) {
       const HostTensor &used = context.work.at(device).inputs[i];
       if (tile.getSizeInBytes() == 0 && used.getSizeInBytes() == 0)

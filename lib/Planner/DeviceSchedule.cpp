@@ -28,15 +28,15 @@ Tile tileOf(const TensorLayout &layout, int64_t device, int64_t elementBytes) {
   size_t rank = layout.shape().size();
   std::optional<Box> box = layout.boxOfDevice(device);
   if (!box) {
-    tile.box = Box{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 0)};
+    tile.box =
+        Box{std::vector<int64_t>(rank, 0), std::vector<int64_t>(rank, 0)};
   } else {
     tile.box = *box;
     tile.present = true;
   }
   tile.strides.assign(rank, elementBytes);
   for (size_t d = rank; d-- > 1;)
-    tile.strides[d - 1] =
-        tile.strides[d] * (tile.box.hi[d] - tile.box.lo[d]);
+    tile.strides[d - 1] = tile.strides[d] * (tile.box.hi[d] - tile.box.lo[d]);
   return tile;
 }
 
@@ -66,8 +66,7 @@ Placement inStaging(int64_t offset, const Box &box, int64_t elementBytes) {
   Placement placement{BufferSpace::Staging, offset,
                       std::vector<int64_t>(rank, elementBytes)};
   for (size_t d = rank; d-- > 1;)
-    placement.strides[d - 1] =
-        placement.strides[d] * (box.hi[d] - box.lo[d]);
+    placement.strides[d - 1] = placement.strides[d] * (box.hi[d] - box.lo[d]);
   return placement;
 }
 
@@ -164,11 +163,9 @@ bool isBroadcast(const Step &step, int phase, std::vector<int64_t> &members) {
 
 } // namespace
 
-absl::StatusOr<DeviceSchedule>
-polymesh::planner::scheduleForDevices(const TransferPlan &plan,
-                                      const TensorLayout &source,
-                                      const TensorLayout &destination,
-                                      const std::vector<int64_t> &devices) {
+absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
+    const TransferPlan &plan, const TensorLayout &source,
+    const TensorLayout &destination, const std::vector<int64_t> &devices) {
   DeviceSchedule schedule;
   schedule.devices = devices;
   schedule.elementBytes = plan.elementBytes;
@@ -196,9 +193,8 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
   auto positionFor = [&](int64_t device) -> absl::StatusOr<size_t> {
     auto it = positionOf.find(device);
     if (it == positionOf.end())
-      return absl::InvalidArgumentError(
-          absl::StrCat("plan names device ", device,
-                       " outside the program's devices"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan names device ", device, " outside the program's devices"));
     return it->second;
   };
 
@@ -214,10 +210,10 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
         return absl::InvalidArgumentError(
             absl::StrCat("identity plan, but device ", devices[p],
                          " has different source and destination tiles"));
-      segment.perDevice[p].after.push_back(makeRow(
-          CopyKind::Copy, inTile(BufferSpace::Source, from, from.box),
-          inTile(BufferSpace::Destination, to, to.box), from.box, eb,
-          schedule.outerDims));
+      segment.perDevice[p].after.push_back(
+          makeRow(CopyKind::Copy, inTile(BufferSpace::Source, from, from.box),
+                  inTile(BufferSpace::Destination, to, to.box), from.box, eb,
+                  schedule.outerDims));
     }
     schedule.segments.push_back(std::move(segment));
     schedule.stagingBytes.assign(numDevices, 0);
@@ -259,7 +255,8 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
             return p.status();
           read.insert({*p, transfer.srcBuffer});
         }
-        if (transfer.accumulate && transfer.dstBuffer == BufferKind::Destination)
+        if (transfer.accumulate &&
+            transfer.dstBuffer == BufferKind::Destination)
           schedule.accumulatesIntoDestination = true;
         if (transfer.dstBuffer == BufferKind::Source)
           schedule.writesSource = true;
@@ -285,9 +282,9 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
         const Tile &from = tileFor(transfer.srcBuffer, *srcPos);
         bool zero = step.kind == StepKind::ZeroFill;
         if (!zero && (!from.present || !within(from.box, box)))
-          return absl::InvalidArgumentError(absl::StrCat(
-              "a transfer of ", describe(box), " from device ",
-              transfer.srcDevice, " reads outside its tile"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("a transfer of ", describe(box), " from device ",
+                           transfer.srcDevice, " reads outside its tile"));
         CopyKind writeKind = zero                  ? CopyKind::Zero
                              : transfer.accumulate ? CopyKind::Accumulate
                                                    : CopyKind::Copy;
@@ -307,10 +304,9 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
             return packedAt;
           }
           packedAt = broadcast ? broadcastOffset : stage(*srcPos, bytes);
-          segment.perDevice[*srcPos].before.push_back(
-              makeRow(CopyKind::Copy, inTile(spaceOf(transfer.srcBuffer), from, box),
-                      inStaging(packedAt, box, eb), box, eb,
-                      schedule.outerDims));
+          segment.perDevice[*srcPos].before.push_back(makeRow(
+              CopyKind::Copy, inTile(spaceOf(transfer.srcBuffer), from, box),
+              inStaging(packedAt, box, eb), box, eb, schedule.outerDims));
           return packedAt;
         };
         for (int64_t dst : transfer.dstDevices) {
@@ -328,9 +324,10 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
                                                box, eb, schedule.outerDims));
             } else if (written.count({dstPos, transfer.srcBuffer})) {
               int64_t at = stage(dstPos, bytes);
-              receiver.before.push_back(makeRow(
-                  CopyKind::Copy, inTile(spaceOf(transfer.srcBuffer), from, box),
-                  inStaging(at, box, eb), box, eb, schedule.outerDims));
+              receiver.before.push_back(
+                  makeRow(CopyKind::Copy,
+                          inTile(spaceOf(transfer.srcBuffer), from, box),
+                          inStaging(at, box, eb), box, eb, schedule.outerDims));
               receiver.after.push_back(makeRow(writeKind,
                                                inStaging(at, box, eb), target,
                                                box, eb, schedule.outerDims));
@@ -344,10 +341,9 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
           remote = true;
           int64_t sentFrom = pack();
           if (broadcast) {
-            receiver.after.push_back(makeRow(writeKind,
-                                             inStaging(sentFrom, box, eb),
-                                             target, box, eb,
-                                             schedule.outerDims));
+            receiver.after.push_back(
+                makeRow(writeKind, inStaging(sentFrom, box, eb), target, box,
+                        eb, schedule.outerDims));
             continue;
           }
           segment.perDevice[*srcPos].comm.push_back(
@@ -384,7 +380,8 @@ polymesh::planner::scheduleForDevices(const TransferPlan &plan,
               {CommKind::Broadcast, root, 0, broadcastOffset});
         }
       } else {
-        segment.method = remote ? SegmentMethod::SendRecv : SegmentMethod::Local;
+        segment.method =
+            remote ? SegmentMethod::SendRecv : SegmentMethod::Local;
       }
       for (size_t p = 0; p < numDevices; ++p) {
         segment.perDevice[p].stagingBytes = used[p];

@@ -954,8 +954,8 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
       numPieces = saturatingMul(numPieces, hi - lo + 1);
     }
     receivers = saturatingAdd(
-        receivers, saturatingMul(numPieces, static_cast<int64_t>(
-                                                needers[tile].size())));
+        receivers,
+        saturatingMul(numPieces, static_cast<int64_t>(needers[tile].size())));
   }
   if (!budget.add(0, receivers))
     return budget.error();
@@ -1100,8 +1100,8 @@ bool isReduction(StepKind kind) {
 /// the last chunk used.
 absl::StatusOr<std::vector<Step>>
 chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
-           const DeviceIndex &index, Classifier &classifier,
-           int64_t firstChunk, int64_t &nextChunk, PlanBudget &budget) {
+           const DeviceIndex &index, Classifier &classifier, int64_t firstChunk,
+           int64_t &nextChunk, PlanBudget &budget) {
   if (steps.empty()) {
     nextChunk = firstChunk;
     return steps;
@@ -1305,9 +1305,9 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
         " bytes cannot stage even one ", elementBytes, "-byte element"));
   for (const TensorLayout *layout : {&source, &destination})
     if (layout->numDevices() > kMaxMeshDevices)
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mesh has ", layout->numDevices(), " devices; at most ",
-          kMaxMeshDevices, " (2^20) are supported"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh has ", layout->numDevices(), " devices; at most ",
+                       kMaxMeshDevices, " (2^20) are supported"));
   int64_t elements = 1;
   for (int64_t extent : source.shape())
     elements *= extent;

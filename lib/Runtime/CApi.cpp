@@ -22,7 +22,6 @@ using polymesh::runtime::LoopbackBackend;
 using polymesh::runtime::LoopbackOptions;
 using polymesh::runtime::ReduceOp;
 
-
 namespace {
 
 int32_t statusCode(const absl::Status &status) {
@@ -266,8 +265,7 @@ int32_t polymesh_rt_reduce_scatter(PolymeshRuntime *rt, int64_t device,
                                            recv_count, *type, *reduceOp));
 }
 
-void *polymesh_rt_staging(PolymeshRuntime *rt, int64_t device,
-                          int64_t bytes) {
+void *polymesh_rt_staging(PolymeshRuntime *rt, int64_t device, int64_t bytes) {
   if (!rt || bytes < 0)
     return nullptr;
   PolymeshRuntime::Staging *slot;
@@ -281,9 +279,9 @@ void *polymesh_rt_staging(PolymeshRuntime *rt, int64_t device,
     slot->memory.reset(std::aligned_alloc(64, static_cast<size_t>(size)));
     slot->bytes = slot->memory ? size : 0;
     if (!slot->memory) {
-      reject(rt, absl::ResourceExhaustedError(absl::StrCat(
-                     "polymesh_rt_staging: cannot allocate ", size,
-                     " bytes for device ", device)));
+      reject(rt, absl::ResourceExhaustedError(
+                     absl::StrCat("polymesh_rt_staging: cannot allocate ", size,
+                                  " bytes for device ", device)));
       return nullptr;
     }
   }

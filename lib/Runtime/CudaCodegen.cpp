@@ -270,9 +270,9 @@ void mgpuLaunchKernel(void *function, int64_t gridX, int64_t gridY,
     launchFailed = true;
     return;
   }
-  if (CUresult r = driver().launchKernel(
-          function, gridX, gridY, gridZ, blockX, blockY, blockZ,
-          sharedMemoryBytes, stream, params, extra))
+  if (CUresult r = driver().launchKernel(function, gridX, gridY, gridZ, blockX,
+                                         blockY, blockZ, sharedMemoryBytes,
+                                         stream, params, extra))
     reportDriverError("cuLaunchKernel", r);
 }
 

@@ -447,7 +447,7 @@ public:
       lock.unlock();
       for (auto &[sendOp, recvOp] : copies)
         std::memmove(recvOp->recvBuf, sendOp->sendBuf,
-                    static_cast<size_t>(sendOp->size));
+                     static_cast<size_t>(sendOp->size));
       lock.lock();
       d.copying = false;
       for (auto &[sendOp, recvOp] : copies)
@@ -662,8 +662,7 @@ public:
   }
 
   bool blocked(const DeviceState &d) const {
-    return d.waiting && d.copies.empty() && !d.copying &&
-           !allDone(d.waitingOn);
+    return d.waiting && d.copies.empty() && !d.copying && !allDone(d.waitingOn);
   }
 
   /// True when no call can ever complete: every device is blocked in a wait

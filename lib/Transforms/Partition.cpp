@@ -130,7 +130,11 @@ LogicalResult FunctionPartitioner::collect() {
     if (failed(layout))
       return failure();
     infoOf[value] = infos.size();
-    infos.push_back({value, std::move(*layout), 0, {}, {},
+    infos.push_back({value,
+                     std::move(*layout),
+                     0,
+                     {},
+                     {},
                      sharding.getMeshName().getAttr()});
     return success();
   };
@@ -343,9 +347,9 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
         int64_t rank = global.getRank();
         SmallVector<int64_t> offsets;
         offsets.append(info.lo.begin(), info.lo.end());
-        auto tableType = RankedTensorType::get(
-            {static_cast<int64_t>(devices.size()), rank},
-            builder.getIndexType());
+        auto tableType =
+            RankedTensorType::get({static_cast<int64_t>(devices.size()), rank},
+                                  builder.getIndexType());
         SmallVector<APInt> values;
         for (int64_t offset : offsets)
           values.push_back(APInt(64, offset));

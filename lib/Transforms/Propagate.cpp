@@ -57,9 +57,8 @@ int64_t saturatingAdd(int64_t a, int64_t b) {
 
 int64_t saturatingMul(int64_t a, int64_t b) {
   int64_t product;
-  return llvm::MulOverflow(a, b, product)
-             ? std::numeric_limits<int64_t>::max()
-             : product;
+  return llvm::MulOverflow(a, b, product) ? std::numeric_limits<int64_t>::max()
+                                          : product;
 }
 
 int64_t elementBytes(Type type) {

@@ -10,8 +10,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Conversion/Passes.h"
+#include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Support/LargeStack.h"
 #include "polymesh/Transforms/Passes.h"
 

@@ -110,8 +110,7 @@ llvm::cl::opt<bool> printResults(
 enum class ShardedPath { Partition, Executor };
 
 llvm::cl::opt<ShardedPath> shardedPath(
-    "sharded-path",
-    llvm::cl::desc("How --verify runs functions sharded"),
+    "sharded-path", llvm::cl::desc("How --verify runs functions sharded"),
     llvm::cl::values(
         clEnumValN(ShardedPath::Partition, "partition",
                    "the partitioned program lowered to the CPU (default)"),
@@ -311,8 +310,8 @@ BackendFactory backendFactory() {
 }
 
 /// Runs planned, movement-only `planned` through the plan executor.
-llvm::Expected<ShardedOutcome> runMovementOnly(func::FuncOp planned,
-                                               const FunctionSignature &signature) {
+llvm::Expected<ShardedOutcome>
+runMovementOnly(func::FuncOp planned, const FunctionSignature &signature) {
   if (!isMovementOnly(planned))
     return makeError(kNotMovementOnly);
   llvm::Expected<MovementProgram> program =

@@ -139,13 +139,11 @@ TEST_F(ShardedRunnerTest, UnevenTilesMakeClassesWithExactLocalTypes) {
   ASSERT_EQ(function->classes.size(), 2u);
   EXPECT_EQ(function->classes[0].name, "neg__part0");
   EXPECT_EQ(function->classes[0].devices, (std::vector<int64_t>{0, 1, 2}));
-  EXPECT_EQ(function->classes[0].inputs[0].shape,
-            (std::vector<int64_t>{3, 4}));
+  EXPECT_EQ(function->classes[0].inputs[0].shape, (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(function->classes[0].results[0].shape,
             (std::vector<int64_t>{3, 4}));
   EXPECT_EQ(function->classes[1].devices, (std::vector<int64_t>{3}));
-  EXPECT_EQ(function->classes[1].inputs[0].shape,
-            (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(function->classes[1].inputs[0].shape, (std::vector<int64_t>{1, 4}));
 
   ShardedRun run = runAndCompare(*runner, "neg");
   EXPECT_EQ(run.numDevices, 4);
@@ -177,13 +175,13 @@ TEST_F(ShardedRunnerTest, DevicesOutsideAMeshHoldEmptyTiles) {
   EXPECT_EQ(function->bytesMoved, 128);
   for (const PartitionClass &partition : function->classes) {
     bool onDevice5 = partition.devices == std::vector<int64_t>{5};
-    EXPECT_EQ(partition.inputs[0].shape,
-              (onDevice5 ? std::vector<int64_t>{8, 4}
-                         : std::vector<int64_t>{0, 0}))
+    EXPECT_EQ(
+        partition.inputs[0].shape,
+        (onDevice5 ? std::vector<int64_t>{8, 4} : std::vector<int64_t>{0, 0}))
         << partition.name;
-    EXPECT_EQ(partition.results[0].shape,
-              (onDevice5 ? std::vector<int64_t>{0, 0}
-                         : std::vector<int64_t>{2, 4}))
+    EXPECT_EQ(
+        partition.results[0].shape,
+        (onDevice5 ? std::vector<int64_t>{0, 0} : std::vector<int64_t>{2, 4}))
         << partition.name;
   }
   ShardedRun run = runAndCompare(*runner, "move");

@@ -109,14 +109,13 @@ uint64_t truncated(int64_t value, int64_t bytes) {
 std::string describeRow(const CopyRow &row) {
   static const char *kinds[] = {"copy", "accumulate", "zero"};
   static const char *spaces[] = {"source", "destination", "staging"};
-  return absl::StrCat(kinds[static_cast<int>(row.kind)], " ",
-                      spaces[static_cast<int>(row.srcSpace)], "+",
-                      row.srcOffset, " -> ",
-                      spaces[static_cast<int>(row.dstSpace)], "+",
-                      row.dstOffset, " run ", row.runBytes, " counts [",
-                      absl::StrJoin(row.counts, ", "), "] src strides [",
-                      absl::StrJoin(row.srcStrides, ", "), "] dst strides [",
-                      absl::StrJoin(row.dstStrides, ", "), "]");
+  return absl::StrCat(
+      kinds[static_cast<int>(row.kind)], " ",
+      spaces[static_cast<int>(row.srcSpace)], "+", row.srcOffset, " -> ",
+      spaces[static_cast<int>(row.dstSpace)], "+", row.dstOffset, " run ",
+      row.runBytes, " counts [", absl::StrJoin(row.counts, ", "),
+      "] src strides [", absl::StrJoin(row.srcStrides, ", "), "] dst strides [",
+      absl::StrJoin(row.dstStrides, ", "), "]");
 }
 
 /// Calls fn(srcOffset, dstOffset) for each contiguous run of `row`, major
@@ -186,9 +185,9 @@ public:
         });
       }
       if (device.dstBox)
-        device.destination.assign(
-            device.dstBox->numElements() * eb_,
-            schedule.accumulatesIntoDestination ? 0 : 0xee);
+        device.destination.assign(device.dstBox->numElements() * eb_,
+                                  schedule.accumulatesIntoDestination ? 0
+                                                                      : 0xee);
       int64_t staging =
           p < schedule.stagingBytes.size() ? schedule.stagingBytes[p] : 0;
       device.staging.assign(staging, 0xdd);
@@ -198,10 +197,9 @@ public:
 
   AssertionResult run() {
     if (schedule_.stagingBytes.size() != devices_.size())
-      return AssertionFailure() << "stagingBytes has "
-                                << schedule_.stagingBytes.size()
-                                << " entries for " << devices_.size()
-                                << " devices";
+      return AssertionFailure()
+             << "stagingBytes has " << schedule_.stagingBytes.size()
+             << " entries for " << devices_.size() << " devices";
     for (size_t s = 0; s < schedule_.segments.size(); ++s) {
       AssertionResult result = runSegment(s);
       if (!result)
@@ -228,13 +226,11 @@ public:
           return;
         uint64_t want = truncated(padded.data[padded.offsetOf(index)], eb_);
         uint64_t have = load(
-            &device.destination[exactOffset(*device.dstBox, index) * eb_],
-            eb_);
+            &device.destination[exactOffset(*device.dstBox, index) * eb_], eb_);
         if (want != have)
           result = AssertionFailure()
                    << "device " << device.id << " holds " << have << " at ["
-                   << absl::StrJoin(index, ", ") << "], the simulator "
-                   << want;
+                   << absl::StrJoin(index, ", ") << "], the simulator " << want;
       });
       if (!result)
         return result;
@@ -325,8 +321,7 @@ private:
         return false;
       }
       if (fromStaging && !allValid(device, s, run)) {
-        result = AssertionFailure() << "reads staging [" << s << ", "
-                                    << s + run
+        result = AssertionFailure() << "reads staging [" << s << ", " << s + run
                                     << ") that this segment did not write";
         return false;
       }
@@ -393,8 +388,7 @@ private:
         AssertionResult range = checkCommRange(p, row);
         if (!range)
           return range;
-        Span span{row.space, row.stagingOffset,
-                  row.stagingOffset + row.bytes};
+        Span span{row.space, row.stagingOffset, row.stagingOffset + row.bytes};
         if (row.kind == CommKind::Send) {
           sends[{p, peer->second}].push_back(&row);
           sent.push_back(span);
@@ -417,9 +411,8 @@ private:
                    << std::get<2>(received[j]) << ")";
         for (const auto &span : sent)
           if (overlap(received[i], span))
-            return AssertionFailure()
-                   << "device " << devices_[p].id
-                   << " receives into bytes it sends from";
+            return AssertionFailure() << "device " << devices_[p].id
+                                      << " receives into bytes it sends from";
       }
     }
     if (sends.size() != recvs.size())
@@ -453,8 +446,7 @@ private:
             !allValid(sender, send.stagingOffset, send.bytes))
           return AssertionFailure()
                  << sender.id << " sends staging it did not pack";
-        std::vector<uint8_t> &from =
-            buffer(devices_[pair.first], send.space);
+        std::vector<uint8_t> &from = buffer(devices_[pair.first], send.space);
         messages.push_back(
             {pair.second, &recv,
              std::vector<uint8_t>(from.begin() + send.stagingOffset,
@@ -516,12 +508,12 @@ private:
     }
     auto root = positionOf_.find(agreed->peer);
     if (root == positionOf_.end() || !memberPositions.count(root->second))
-      return AssertionFailure() << "broadcast root " << agreed->peer
-                                << " is not a member";
+      return AssertionFailure()
+             << "broadcast root " << agreed->peer << " is not a member";
     const Device &from = devices_[root->second];
     if (!allValid(from, agreed->stagingOffset, agreed->bytes))
-      return AssertionFailure() << "root " << from.id
-                                << " broadcasts staging it did not pack";
+      return AssertionFailure()
+             << "root " << from.id << " broadcasts staging it did not pack";
     for (size_t p : memberPositions) {
       if (p == root->second)
         continue;
@@ -541,11 +533,11 @@ private:
   AssertionResult runSegment(size_t s) {
     segment_ = &schedule_.segments[s];
     std::string where = absl::StrCat("segment ", s, " (step ", segment_->step,
-                                      " phase ", segment_->phase, ")");
+                                     " phase ", segment_->phase, ")");
     if (segment_->perDevice.size() != devices_.size())
-      return AssertionFailure() << where << " has "
-                                << segment_->perDevice.size()
-                                << " device entries";
+      return AssertionFailure()
+             << where << " has " << segment_->perDevice.size()
+             << " device entries";
     segmentStaging_.assign(devices_.size(), 0);
     for (size_t p = 0; p < devices_.size(); ++p) {
       int64_t bytes = segment_->perDevice[p].stagingBytes;
@@ -644,9 +636,8 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
       return AssertionFailure() << "an identity is not one local segment";
   } else {
     if (schedule.segments.size() != phases.size())
-      return AssertionFailure() << schedule.segments.size()
-                                << " segments for " << phases.size()
-                                << " step phases";
+      return AssertionFailure() << schedule.segments.size() << " segments for "
+                                << phases.size() << " step phases";
     for (size_t s = 0; s < phases.size(); ++s)
       if (schedule.segments[s].step != phases[s].first ||
           schedule.segments[s].phase != phases[s].second)
@@ -675,8 +666,8 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
                << "device " << devices[p] << " holds nothing but has rows";
     }
     if (schedule.stagingBytes[p] != 0)
-      return AssertionFailure() << "device " << devices[p]
-                                << " holds nothing but has staging";
+      return AssertionFailure()
+             << "device " << devices[p] << " holds nothing but has staging";
   }
   // The flags follow from the plan's transfers.
   bool writesSource = false, accumulates = false;
@@ -690,8 +681,7 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
     return AssertionFailure() << "writesSource is " << schedule.writesSource;
   if (schedule.writesSource != plan.reducesInPlace)
     return AssertionFailure() << "writesSource " << schedule.writesSource
-                              << " but reducesInPlace "
-                              << plan.reducesInPlace;
+                              << " but reducesInPlace " << plan.reducesInPlace;
   if (schedule.accumulatesIntoDestination != accumulates)
     return AssertionFailure() << "accumulatesIntoDestination is "
                               << schedule.accumulatesIntoDestination;
@@ -877,8 +867,8 @@ TEST(DeviceSchedule, OrbaxRestoreIsTwoBroadcasts) {
 TEST(DeviceSchedule, SingleDeviceBroadcastsToMesh) {
   Mesh one = makeMesh({}, {3});
   Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
-  Checked checked = planAndRun(layout(one, {{}, {}}, {5, 7}),
-                               layout(mesh, {{}, {}}, {5, 7}));
+  Checked checked =
+      planAndRun(layout(one, {{}, {}}, {5, 7}), layout(mesh, {{}, {}}, {5, 7}));
   EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::Broadcast), 1);
   EXPECT_EQ(checked.stats.broadcastBytes, 7 * 5 * 7 * 8);
 }
@@ -886,7 +876,10 @@ TEST(DeviceSchedule, SingleDeviceBroadcastsToMesh) {
 TEST(DeviceSchedule, UnevenDims) {
   Mesh mesh = makeMesh({{"a", 4}, {"b", 3}});
   std::vector<std::vector<std::vector<std::string>>> shardings = {
-      {{"a"}, {"b"}}, {{"b"}, {"a"}}, {{"a", "b"}, {}}, {{}, {"b", "a"}},
+      {{"a"}, {"b"}},
+      {{"b"}, {"a"}},
+      {{"a", "b"}, {}},
+      {{}, {"b", "a"}},
       {{}, {}}};
   for (const auto &from : shardings)
     for (const auto &to : shardings)
@@ -1007,7 +1000,8 @@ TEST(DeviceSchedule, Rank0Rank1AndRank4) {
   Mesh mesh = makeMesh({{"a", 4}});
   // Scalars: a broadcast, and an all-reduce of partials.
   planAndRun(layout(one, {}, {}), layout(mesh, {}, {}));
-  Checked scalar = planAndRun(layout(mesh, {}, {}, {"a"}), layout(mesh, {}, {}));
+  Checked scalar =
+      planAndRun(layout(mesh, {}, {}, {"a"}), layout(mesh, {}, {}));
   EXPECT_EQ(scalar.schedule.outerDims, 0);
   for (const Segment &segment : scalar.schedule.segments)
     for (const DeviceSegment &rows : segment.perDevice)
@@ -1047,9 +1041,9 @@ TEST(DeviceSchedule, MemoryLimitedChunks) {
     EXPECT_LE(staging, half / 8);
 
   Mesh mesh = makeMesh({{"a", 4}});
-  Checked gather =
-      planAndRun(layout(mesh, {{"a"}, {}}, {64, 16}),
-                 layout(mesh, {{}, {}}, {64, 16}), 8, PlanOptions{4 * 16 * 4 * 8});
+  Checked gather = planAndRun(layout(mesh, {{"a"}, {}}, {64, 16}),
+                              layout(mesh, {{}, {}}, {64, 16}), 8,
+                              PlanOptions{4 * 16 * 4 * 8});
   EXPECT_GT(gather.plan.numChunks, 1);
 
   // Reductions in pieces, down to one element at a time as accumulating

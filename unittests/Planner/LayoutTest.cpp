@@ -612,8 +612,8 @@ TEST(TensorLayoutTest, UnreducedRankFollowsCoordinatesNotIds) {
   // As above, with ids that reverse the order of "b" on one replica: the
   // partial a device holds must not depend on how its group sorts by id,
   // or replicas (same a and b, other c) would hold different partials.
-  Mesh mesh = makeMesh({{"a", 2}, {"b", 2}, {"c", 2}},
-                       {0, 1, 2, 3, 6, 5, 4, 7});
+  Mesh mesh =
+      makeMesh({{"a", 2}, {"b", 2}, {"c", 2}}, {0, 1, 2, 3, 6, 5, 4, 7});
   ASSERT_LAYOUT(layout, mesh,
                 sharding({dim({axis(mesh, "a")})}, {}, {axis(mesh, "b")}),
                 std::vector<int64_t>{4});

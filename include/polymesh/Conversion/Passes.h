@@ -38,8 +38,8 @@ void buildHostLoweringPipeline(mlir::OpPassManager &pm);
 /// --polymesh-lower-to-cuda (and translating its output) needs.
 void registerCudaLoweringDialects(mlir::DialectRegistry &registry);
 
-/// Registers `--polymesh-pipeline="target=cpu|cuda"`: propagate, plan, partition,
-/// then --polymesh-lower-to-cpu or --polymesh-lower-to-cuda.
+/// Registers `--polymesh-pipeline="target=cpu|cuda"`: propagate, plan,
+/// partition, then --polymesh-lower-to-cpu or --polymesh-lower-to-cuda.
 void registerPolymeshPipelines();
 
 } // namespace polymesh

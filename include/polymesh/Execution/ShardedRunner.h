@@ -137,7 +137,8 @@ public:
   ~ShardedRunner();
 
   /// What was recorded for `name`, or why it cannot run sharded.
-  llvm::Expected<const ShardedFunction &> getFunction(llvm::StringRef name) const;
+  llvm::Expected<const ShardedFunction &>
+  getFunction(llvm::StringRef name) const;
 
   /// Runs `name` sharded on the deterministic inputs (argument i is stream
   /// i). Errors: the function could not be compiled (with the first

@@ -1,4 +1,5 @@
-//===- LargeStack.h - Run a tool's main on a thread with a large stack -*- C++ -*-===//
+//===- LargeStack.h - Run a tool's main on a thread with a large stack -*- C++
+//-*-===//
 //
 // Part of Polymesh.
 //

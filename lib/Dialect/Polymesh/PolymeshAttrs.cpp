@@ -76,8 +76,7 @@ LogicalResult MeshAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   // out of memory (docs/limits.md).
   if (product > planner::kMaxMeshDevices)
     return emitError() << "mesh has " << product << " devices; at most "
-                       << planner::kMaxMeshDevices
-                       << " (2^20) are supported";
+                       << planner::kMaxMeshDevices << " (2^20) are supported";
   if (deviceIds.empty())
     return success();
   if (static_cast<int64_t>(deviceIds.size()) != product)

@@ -154,17 +154,16 @@ LogicalResult PolymeshDialect::verifyOperationAttribute(Operation *op,
       name == kPlanAttrName) {
     if (!isa<FunctionOpInterface>(op))
       return op->emitError() << "'" << name << "' belongs on a function";
-    bool wellTyped = name == kPartitionOfAttrName
-                         ? isa<StringAttr>(attr.getValue())
-                     : name == kDevicesAttrName
-                         ? isa<DenseI64ArrayAttr>(attr.getValue())
-                         : isa<UnitAttr>(attr.getValue());
+    bool wellTyped =
+        name == kPartitionOfAttrName ? isa<StringAttr>(attr.getValue())
+        : name == kDevicesAttrName   ? isa<DenseI64ArrayAttr>(attr.getValue())
+                                     : isa<UnitAttr>(attr.getValue());
     if (!wellTyped)
       return op->emitError()
              << "'" << name << "' must be "
              << (name == kPartitionOfAttrName ? "a string"
-                 : name == kDevicesAttrName   ? "an array<i64: ...> of device ids"
-                                              : "a unit attribute");
+                 : name == kDevicesAttrName ? "an array<i64: ...> of device ids"
+                                            : "a unit attribute");
     return success();
   }
   return op->emitError() << "unknown polymesh attribute '" << name << "'";

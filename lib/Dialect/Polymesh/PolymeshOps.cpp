@@ -208,10 +208,10 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       // A zero fill writes zeros where it lands and reads nothing.
       bool readsSender = step.getKind() != TransferStepKind::ZeroFill;
       bool fromDestination = transfer.getFromDestination();
-      std::optional<planner::Box> senderTile = boxOfDevice(
-          fromDestination ? *destination : *source,
-          fromDestination ? destinationPositions : sourcePositions,
-          transfer.getSrcDevice());
+      std::optional<planner::Box> senderTile =
+          boxOfDevice(fromDestination ? *destination : *source,
+                      fromDestination ? destinationPositions : sourcePositions,
+                      transfer.getSrcDevice());
       if (readsSender && (!senderTile || senderTile->intersect(box) != box))
         return at() << "sender " << transfer.getSrcDevice()
                     << " does not hold the box in its "
@@ -230,10 +230,9 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
           return at() << "receiver " << dsts[i]
                       << " is not a participant of the step";
         bool intoSource = transfer.getIntoSource();
-        std::optional<planner::Box> tile =
-            boxOfDevice(intoSource ? *source : *destination,
-                        intoSource ? sourcePositions : destinationPositions,
-                        dsts[i]);
+        std::optional<planner::Box> tile = boxOfDevice(
+            intoSource ? *source : *destination,
+            intoSource ? sourcePositions : destinationPositions, dsts[i]);
         if (!tile || tile->intersect(box) != box)
           return at() << "receiver " << dsts[i]
                       << " has no room for the box in its "
