@@ -333,6 +333,35 @@ Box TensorLayout::boxAtPosition(int64_t position) const {
   return box;
 }
 
+void TensorLayout::allBoxes(std::vector<int64_t> &lo,
+                            std::vector<int64_t> &extent) const {
+  size_t rank = shape_.size();
+  int64_t n = mesh_.numDevices();
+  lo.assign(static_cast<size_t>(n) * rank, 0);
+  extent.assign(static_cast<size_t>(n) * rank, 0);
+  std::vector<int64_t> tiles(rank);
+  for (size_t d = 0; d < rank; ++d)
+    tiles[d] = tileExtent(d);
+  // The mesh coordinates of position p, advanced like an odometer: no
+  // allocation per position.
+  std::vector<int64_t> coords(mesh_.axes.size(), 0);
+  for (int64_t p = 0; p < n; ++p) {
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t index = 0;
+      for (const AxisRef &ref : sharding_.dims[d].axes)
+        index = index * ref.size + ref.coordinate(mesh_, coords);
+      int64_t start = tileStart(index, tiles[d], shape_[d]);
+      lo[p * rank + d] = start;
+      extent[p * rank + d] = tileStart(index + 1, tiles[d], shape_[d]) - start;
+    }
+    for (size_t i = coords.size(); i-- > 0;) {
+      if (++coords[i] < mesh_.axes[i].size)
+        break;
+      coords[i] = 0;
+    }
+  }
+}
+
 std::optional<Box> TensorLayout::boxOfDevice(int64_t deviceId) const {
   std::optional<int64_t> position = mesh_.positionOf(deviceId);
   if (!position)

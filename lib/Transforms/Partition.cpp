@@ -203,13 +203,12 @@ LogicalResult FunctionPartitioner::collect() {
     info.lo.assign(devices.size() * rank, 0);
     info.extent.assign(devices.size() * rank, 0);
     const planner::Mesh &mesh = info.layout->mesh();
+    std::vector<int64_t> lo, extent;
+    info.layout->allBoxes(lo, extent);
     for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p) {
-      planner::Box box = info.layout->boxAtPosition(p);
       size_t at = positionOf[mesh.deviceAt(p)] * rank;
-      for (size_t d = 0; d < rank; ++d) {
-        info.lo[at + d] = box.lo[d];
-        info.extent[at + d] = box.hi[d] - box.lo[d];
-      }
+      std::copy_n(lo.begin() + p * rank, rank, info.lo.begin() + at);
+      std::copy_n(extent.begin() + p * rank, rank, info.extent.begin() + at);
     }
   }
   return success();

@@ -557,10 +557,21 @@ void checkValidCase(const Case &c, Rng &rng) {
     EXPECT_EQ(layout.localShape()[d], t) << "dim " << d;
   }
 
-  // Boxes by position and by device id match the model's tile rule.
+  // Boxes by position, all at once and by device id match the model's tile
+  // rule.
+  std::vector<int64_t> allLo, allExtent;
+  layout.allBoxes(allLo, allExtent);
+  size_t rank = c.shape.size();
+  ASSERT_EQ(allLo.size(), size_t(n) * rank);
+  ASSERT_EQ(allExtent.size(), size_t(n) * rank);
   for (int64_t p = 0; p < n; ++p) {
     Box box = layout.boxAtPosition(p);
     ASSERT_EQ(box, m.boxes[p]) << "position " << p;
+    for (size_t d = 0; d < rank; ++d) {
+      ASSERT_EQ(allLo[p * rank + d], box.lo[d]) << "position " << p;
+      ASSERT_EQ(allExtent[p * rank + d], box.hi[d] - box.lo[d])
+          << "position " << p;
+    }
     std::optional<Box> byId = layout.boxOfDevice(c.mesh.deviceAt(p));
     ASSERT_TRUE(byId.has_value()) << "device " << c.mesh.deviceAt(p);
     EXPECT_EQ(*byId, box) << "device " << c.mesh.deviceAt(p);

@@ -174,6 +174,10 @@ public:
   /// shard, other coordinates on replicating axes) have the same index, so
   /// the partial a device holds is the same on every replica.
   int64_t unreducedRank(int64_t position) const;
+  /// Every position's box, flattened position-major: `lo[p * rank + d]` and
+  /// `extent[p * rank + d]` (hi - lo). One pass, no allocation per position,
+  /// for meshes of up to 2^20 devices.
+  void allBoxes(std::vector<int64_t> &lo, std::vector<int64_t> &extent) const;
   /// Box held by `deviceId`, or nullopt when the mesh does not hold it.
   std::optional<Box> boxOfDevice(int64_t deviceId) const;
 
