@@ -23,28 +23,6 @@ namespace polymesh::planner {
 
 namespace {
 
-/// Calls fn(index) for every index of `box`, row-major.
-template <typename Fn> void forEachIndex(const Box &box, Fn fn) {
-  if (box.empty())
-    return;
-  std::vector<int64_t> index = box.lo;
-  size_t rank = index.size();
-  while (true) {
-    fn(index);
-    size_t d = rank;
-    while (d > 0) {
-      --d;
-      if (++index[d] < box.hi[d])
-        break;
-      index[d] = box.lo[d];
-      if (d == 0)
-        return;
-    }
-    if (rank == 0)
-      return;
-  }
-}
-
 int64_t linearIndex(const std::vector<int64_t> &index,
                     const std::vector<int64_t> &shape) {
   int64_t linear = 0;

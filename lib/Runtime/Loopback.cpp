@@ -25,6 +25,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BackendOps.h"
+
 #include "polymesh/Runtime/Runtime.h"
 
 #include "absl/container/flat_hash_map.h"
@@ -43,42 +45,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class OpKind : uint8_t {
-  Send,
-  Recv,
-  Broadcast,
-  AllGather,
-  AllToAll,
-  AllReduce,
-  ReduceScatter,
-};
-
-const char *opKindName(OpKind kind) {
-  switch (kind) {
-  case OpKind::Send:
-    return "send";
-  case OpKind::Recv:
-    return "recv";
-  case OpKind::Broadcast:
-    return "broadcast";
-  case OpKind::AllGather:
-    return "all_gather";
-  case OpKind::AllToAll:
-    return "all_to_all";
-  case OpKind::AllReduce:
-    return "all_reduce";
-  case OpKind::ReduceScatter:
-    return "reduce_scatter";
-  }
-  return "unknown";
-}
+using detail::formatGroup;
+using detail::OpKind;
+using detail::opKindName;
 
 bool isReduction(OpKind kind) {
   return kind == OpKind::AllReduce || kind == OpKind::ReduceScatter;
-}
-
-std::string formatGroup(absl::Span<const int64_t> members) {
-  return absl::StrCat("[", absl::StrJoin(members, ","), "]");
 }
 
 /// "device 2", "devices 2 and 3", "devices 1, 2 and 3".

@@ -27,6 +27,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BackendOps.h"
+
 #include "polymesh/Runtime/NcclBackend.h"
 
 #include "NcclApi.h"
@@ -89,39 +91,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum class OpKind : uint8_t {
-  Send,
-  Recv,
-  Broadcast,
-  AllGather,
-  AllToAll,
-  AllReduce,
-  ReduceScatter,
-};
-
-const char *opKindName(OpKind kind) {
-  switch (kind) {
-  case OpKind::Send:
-    return "send";
-  case OpKind::Recv:
-    return "recv";
-  case OpKind::Broadcast:
-    return "broadcast";
-  case OpKind::AllGather:
-    return "all_gather";
-  case OpKind::AllToAll:
-    return "all_to_all";
-  case OpKind::AllReduce:
-    return "all_reduce";
-  case OpKind::ReduceScatter:
-    return "reduce_scatter";
-  }
-  return "unknown";
-}
-
-std::string formatGroup(absl::Span<const int64_t> members) {
-  return absl::StrCat("[", absl::StrJoin(members, ","), "]");
-}
+using detail::formatGroup;
+using detail::OpKind;
+using detail::opKindName;
 
 ncclDataType_t ncclType(DataType type) {
   switch (type) {

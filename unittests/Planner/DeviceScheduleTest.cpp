@@ -58,28 +58,6 @@ using ::testing::AssertionSuccess;
 // Element and index helpers
 //===----------------------------------------------------------------------===//
 
-/// Calls fn(index) for every index of `box`, row-major (once for rank 0).
-template <typename Fn> void forEachIndex(const Box &box, Fn fn) {
-  if (box.empty())
-    return;
-  std::vector<int64_t> index = box.lo;
-  size_t rank = index.size();
-  while (true) {
-    fn(index);
-    size_t d = rank;
-    while (d > 0) {
-      --d;
-      if (++index[d] < box.hi[d])
-        break;
-      index[d] = box.lo[d];
-      if (d == 0)
-        return;
-    }
-    if (rank == 0)
-      return;
-  }
-}
-
 /// Offset in elements of `index` in the exact row-major tile of `box`.
 int64_t exactOffset(const Box &box, const std::vector<int64_t> &index) {
   int64_t offset = 0;

@@ -425,8 +425,9 @@ int64_t volume(const Box &box) {
   return v;
 }
 
-/// Calls fn(index) for every index in `box`, row-major.
-template <typename Fn> void forEachIndex(const Box &box, Fn fn) {
+/// Calls fn(index) for every index in `box`, row-major: the model's own
+/// walk, independent of planner::forEachIndex.
+template <typename Fn> void modelForEachIndex(const Box &box, Fn fn) {
   if (volume(box) == 0)
     return;
   std::vector<int64_t> index = box.lo;
@@ -591,7 +592,7 @@ void checkValidCase(const Case &c, Rng &rng) {
     if (elements <= kCountElementsLimit) {
       std::vector<int> count(elements, 0);
       for (int64_t p : positions)
-        forEachIndex(m.boxes[p], [&](const std::vector<int64_t> &index) {
+        modelForEachIndex(m.boxes[p], [&](const std::vector<int64_t> &index) {
           ++count[linearIndex(c.shape, index)];
         });
       for (int64_t e = 0; e < elements; ++e)

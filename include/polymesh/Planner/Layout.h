@@ -144,6 +144,28 @@ struct Box {
   bool operator!=(const Box &other) const { return !(*this == other); }
 };
 
+/// Calls fn(index) for every index of `box`, row-major (once for rank 0).
+template <typename Fn> void forEachIndex(const Box &box, Fn fn) {
+  if (box.empty())
+    return;
+  std::vector<int64_t> index = box.lo;
+  size_t rank = index.size();
+  while (true) {
+    fn(index);
+    size_t d = rank;
+    while (d > 0) {
+      --d;
+      if (++index[d] < box.hi[d])
+        break;
+      index[d] = box.lo[d];
+      if (d == 0)
+        return;
+    }
+    if (rank == 0)
+      return;
+  }
+}
+
 /// A mesh, a sharding and a static shape bound together and validated.
 class TensorLayout {
 public:
