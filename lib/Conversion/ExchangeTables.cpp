@@ -7,6 +7,7 @@
 #include "ExchangeTables.h"
 
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
+#include "polymesh/Runtime/PolymeshRuntime.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -58,6 +59,44 @@ std::string PlanTableBuilder::addGlobal(StringRef name, ArrayRef<int64_t> shape,
   return global.getSymName().str();
 }
 
+std::optional<int32_t> polymesh::conversion::runtimeSumDtype(Type element) {
+  if (element.isF32())
+    return POLYMESH_RT_F32;
+  if (element.isF64())
+    return POLYMESH_RT_F64;
+  if (element.isF16())
+    return POLYMESH_RT_F16;
+  if (element.isBF16())
+    return POLYMESH_RT_BF16;
+  if (element.isInteger(32))
+    return POLYMESH_RT_I32;
+  if (element.isInteger(64))
+    return POLYMESH_RT_I64;
+  if (element.isInteger(8))
+    return POLYMESH_RT_I8;
+  return std::nullopt;
+}
+
+std::optional<int32_t> polymesh::conversion::ncclSumDtype(Type element) {
+  // ncclDataType_t (nccl.h); two's complement sums are the same for signed
+  // and unsigned integers.
+  if (element.isF32())
+    return 7; // ncclFloat32
+  if (element.isF64())
+    return 8; // ncclFloat64
+  if (element.isF16())
+    return 6; // ncclFloat16
+  if (element.isBF16())
+    return 9; // ncclBfloat16
+  if (element.isInteger(32))
+    return 2; // ncclInt32
+  if (element.isInteger(64))
+    return 4; // ncclInt64
+  if (element.isInteger(8))
+    return 0; // ncclInt8
+  return std::nullopt;
+}
+
 LLVM::LLVMFuncOp polymesh::conversion::declareFunction(ModuleOp module,
                                                        StringRef name,
                                                        Type result,
@@ -100,8 +139,14 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   if (failed(source) || failed(destination))
     return failure();
   planner::TransferPlan plan = toPlannerPlan(transfer, *source, *destination);
+  // Collective sums need an element type both backends add (i1, i16 and
+  // the rest keep send/recv with generated additions).
+  planner::ScheduleOptions options;
+  options.reductions = runtimeSumDtype(type.getElementType()).has_value() &&
+                       ncclSumDtype(type.getElementType()).has_value();
   absl::StatusOr<planner::DeviceSchedule> schedule =
-      planner::scheduleForDevices(plan, *source, *destination, devices);
+      planner::scheduleForDevices(plan, *source, *destination, devices,
+                                  options);
   if (!schedule.ok())
     return op.emitError() << "cannot schedule plan " << op.getPlanAttr() << ": "
                           << std::string(schedule.status().message());
@@ -138,7 +183,7 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
       ranges.push_back(comms.size() / kCommColumns);
       for (const planner::CommRow &row : mine.comm) {
         int64_t rank;
-        if (row.kind == planner::CommKind::Broadcast)
+        if (isCollective(segment.method))
           rank =
               llvm::find(segment.members, row.peer) - segment.members.begin();
         else
@@ -169,7 +214,7 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   tables.staging = addGlobal(prefix + "_staging", {numDevices}, s.stagingBytes);
   for (auto [index, segment] : llvm::enumerate(s.segments)) {
     tables.members.emplace_back();
-    if (segment.method == planner::SegmentMethod::Broadcast)
+    if (isCollective(segment.method))
       tables.members.back() = addGlobal(
           prefix + "_members" + std::to_string(index),
           {static_cast<int64_t>(segment.members.size())}, segment.members);

@@ -26,6 +26,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,10 +54,11 @@ enum RangeColumn : int64_t {
   kAfterEnd,
   kRangeColumns
 };
-/// Columns of a communication row.
 /// Columns of a communication row: the peer (or broadcast root) as a device
 /// id and as a rank (its position in the program's devices, or the root's
-/// index among a broadcast's members), for runtimes that address ranks.
+/// index among a broadcast's members; for the other collectives the peer is
+/// the caller and the rank its own index among the members), for runtimes
+/// that address ranks.
 enum CommColumn : int64_t {
   kCommKind,
   kPeer,
@@ -68,6 +70,19 @@ enum CommColumn : int64_t {
   kSpace,
   kCommColumns
 };
+
+/// The POLYMESH_RT_* dtype of an element type that both the runtime and
+/// NCCL can sum (f32, f64, f16, bf16, i32, i64, i8), or nullopt: sums of
+/// other types stay send/recv plus generated additions.
+std::optional<int32_t> runtimeSumDtype(mlir::Type element);
+/// NCCL's ncclDataType_t for the same types.
+std::optional<int32_t> ncclSumDtype(mlir::Type element);
+
+/// Whether a segment calls one collective over Segment::members.
+inline bool isCollective(planner::SegmentMethod method) {
+  return method != planner::SegmentMethod::Local &&
+         method != planner::SegmentMethod::SendRecv;
+}
 
 /// The globals holding one plan's schedule.
 struct PlanTables {

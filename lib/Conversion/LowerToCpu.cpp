@@ -7,7 +7,9 @@
 // Each polymesh.exchange becomes its device's share of the plan: generated
 // copy loops driven by per-device tables, and calls into the runtime's C ABI.
 // The tables come from planner::scheduleForDevices, so the code is the same
-// for every device and does not grow with the device count.
+// for every device and does not grow with the device count. Steps of a
+// collective's shape call that collective (broadcast, all_gather,
+// all_reduce, reduce_scatter); the rest are grouped send/recv.
 //
 //===----------------------------------------------------------------------===//
 
@@ -17,6 +19,7 @@
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Planner/DeviceSchedule.h"
+#include "polymesh/Runtime/PolymeshRuntime.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -85,6 +88,18 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
   LLVM::LLVMFuncOp broadcastFn = declareFunction(
       module, "polymesh_rt_broadcast", i32Type,
       {ptrType, i64Type, ptrType, i64Type, i64Type, ptrType, ptrType, i64Type});
+
+  LLVM::LLVMFuncOp allGatherFn = declareFunction(
+      module, "polymesh_rt_all_gather", i32Type,
+      {ptrType, i64Type, ptrType, i64Type, ptrType, ptrType, i64Type});
+  LLVM::LLVMFuncOp allReduceFn =
+      declareFunction(module, "polymesh_rt_all_reduce", i32Type,
+                      {ptrType, i64Type, ptrType, i64Type, ptrType, ptrType,
+                       i64Type, i32Type, i32Type});
+  LLVM::LLVMFuncOp reduceScatterFn =
+      declareFunction(module, "polymesh_rt_reduce_scatter", i32Type,
+                      {ptrType, i64Type, ptrType, i64Type, ptrType, ptrType,
+                       i64Type, i32Type, i32Type});
 
   OpBuilder builder(op);
   Emitter e(builder, op.getLoc());
@@ -158,6 +173,12 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
                                           stagingAddress);
     return arith::SelectOp::create(builder, loc, isSource, sourceAddress, other)
         .getResult();
+  };
+
+  // Only schedules of element types the runtime sums have sum segments.
+  auto sumDtype = [&]() {
+    return arith::ConstantIntOp::create(
+        builder, loc, runtimeSumDtype(elementType).value_or(-1), 32);
   };
 
   auto accumulate = [&](Value from, Value to, Value runBytes) {
@@ -282,6 +303,38 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
           e.call(broadcastFn,
                  {runtime, device, members, e.i64(numMembers),
                   commColumn(row, kPeer), at, at, commColumn(row, kBytes)});
+        });
+      } else if (isCollective(segment.method)) {
+        // In place in staging (or the source tile), as the row says; the
+        // rank column is the caller's index among the members.
+        int64_t numMembers = segment.members.size();
+        Value members =
+            e.pointer(e.address(e.global(tables.members[index], {numMembers})));
+        Value sum =
+            arith::ConstantIntOp::create(builder, loc, POLYMESH_RT_SUM, 32);
+        e.loop(begin, end, [&](Value row) {
+          Value at = e.add(baseOf(commColumn(row, kSpace)),
+                           commColumn(row, kStagingOffset));
+          Value bytes = commColumn(row, kBytes);
+          Value own = e.add(at, e.mul(commColumn(row, kPeerRank), bytes));
+          Value count =
+              arith::DivSIOp::create(builder, loc, bytes, e.i64(elementBytes));
+          switch (segment.method) {
+          case planner::SegmentMethod::AllGather:
+            e.call(allGatherFn, {runtime, device, members, e.i64(numMembers),
+                                 e.pointer(own), e.pointer(at), bytes});
+            break;
+          case planner::SegmentMethod::AllReduce:
+            e.call(allReduceFn,
+                   {runtime, device, members, e.i64(numMembers), e.pointer(at),
+                    e.pointer(at), count, sumDtype(), sum});
+            break;
+          default:
+            e.call(reduceScatterFn,
+                   {runtime, device, members, e.i64(numMembers), e.pointer(at),
+                    e.pointer(own), count, sumDtype(), sum});
+            break;
+          }
         });
       }
     }

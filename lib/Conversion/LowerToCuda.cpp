@@ -8,9 +8,11 @@
 // the same tables (ExchangeTables.h): the host loops over the calling
 // device's rows and launches one strided-copy kernel per row on the device's
 // stream; communication calls NCCL directly on communicators and the stream
-// that the runtime hands out. Kernels are generated here as gpu.func and
-// compiled to PTX in-process (gpu -> NVVM -> NVPTX); the driver JIT-compiles
-// the PTX when the module is loaded.
+// that the runtime hands out (ncclSend/ncclRecv in a group, or one
+// ncclBroadcast, ncclAllGather, ncclAllReduce or ncclReduceScatter where
+// the schedule has that collective). Kernels are generated here as
+// gpu.func and compiled to PTX in-process (gpu -> NVVM -> NVPTX); the
+// driver JIT-compiles the PTX when the module is loaded.
 //
 // Tensors live in GPU memory, so a partitioned function becomes a host
 // function over device pointers: inputs, then one out-pointer per result.
@@ -56,8 +58,10 @@ using namespace polymesh::conversion;
 namespace {
 
 constexpr const char *kKernelModule = "polymesh_kernels";
-/// NCCL's ncclUint8: every transfer is bytes.
+/// NCCL's ncclUint8: every transfer but a sum is bytes.
 constexpr int64_t kNcclUint8 = 1;
+/// NCCL's ncclSum.
+constexpr int64_t kNcclSum = 0;
 constexpr int64_t kThreadsPerBlock = 256;
 /// Grid-stride loops cover the rest; enough blocks to fill an H200.
 constexpr int64_t kMaxBlocks = 4096;
@@ -283,6 +287,15 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
   LLVM::LLVMFuncOp broadcastFn =
       fn("ncclBroadcast", i32Type,
          {ptrType, ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
+  LLVM::LLVMFuncOp allGatherFn =
+      fn("ncclAllGather", i32Type,
+         {ptrType, ptrType, i64Type, i32Type, ptrType, ptrType});
+  LLVM::LLVMFuncOp allReduceFn =
+      fn("ncclAllReduce", i32Type,
+         {ptrType, ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
+  LLVM::LLVMFuncOp reduceScatterFn =
+      fn("ncclReduceScatter", i32Type,
+         {ptrType, ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
 
   auto call = [&](LLVM::LLVMFuncOp function, ValueRange args) {
     return LLVM::CallOp::create(builder, loc, function, args);
@@ -460,6 +473,41 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                                      commColumn(row, kStagingOffset)));
           call(broadcastFn, {at, at, commColumn(row, kBytes), uint8,
                              rankOf(row), comm, stream});
+        });
+      } else if (isCollective(segment.method)) {
+        // NCCL's in-place forms on the members' communicator: the rank
+        // column is the caller's index among the members. All-gather moves
+        // bytes; sums use the element type.
+        int64_t numMembers = segment.members.size();
+        Value members =
+            e.pointer(e.address(e.global(plan.members[index], {numMembers})));
+        Value dtype = arith::ConstantIntOp::create(
+            builder, loc, ncclSumDtype(element).value_or(-1), 32);
+        Value sum = arith::ConstantIntOp::create(builder, loc, kNcclSum, 32);
+        e.loop(begin, end, [&](Value row) {
+          Value comm =
+              call(commFn, {runtime, device, members, e.i64(numMembers)})
+                  .getResult();
+          Value at = e.add(baseOf(commColumn(row, kSpace)),
+                           commColumn(row, kStagingOffset));
+          Value bytes = commColumn(row, kBytes);
+          Value own = e.add(at, e.mul(commColumn(row, kPeerRank), bytes));
+          Value count = arith::DivSIOp::create(builder, loc, bytes,
+                                               e.i64(schedule.elementBytes));
+          switch (segment.method) {
+          case planner::SegmentMethod::AllGather:
+            call(allGatherFn,
+                 {e.pointer(own), e.pointer(at), bytes, uint8, comm, stream});
+            break;
+          case planner::SegmentMethod::AllReduce:
+            call(allReduceFn, {e.pointer(at), e.pointer(at), count, dtype, sum,
+                               comm, stream});
+            break;
+          default:
+            call(reduceScatterFn, {e.pointer(at), e.pointer(own), count, dtype,
+                                   sum, comm, stream});
+            break;
+          }
         });
       }
     }

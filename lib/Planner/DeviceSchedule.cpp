@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 using namespace polymesh::planner;
@@ -161,11 +162,322 @@ bool isBroadcast(const Step &step, int phase, std::vector<int64_t> &members) {
   return true;
 }
 
+/// What the collective matchers need to know about the program's tiles.
+struct TileSet {
+  const std::map<int64_t, size_t> &positionOf;
+  const std::vector<Tile> &source, &destination;
+  int64_t eb;
+  int outerDims;
+
+  const Tile &of(BufferKind kind, size_t position) const {
+    return kind == BufferKind::Source ? source[position]
+                                      : destination[position];
+  }
+  std::optional<size_t> position(int64_t device) const {
+    auto it = positionOf.find(device);
+    if (it == positionOf.end())
+      return std::nullopt;
+    return it->second;
+  }
+  /// Whether `device` has a tile of `kind` that contains `box`.
+  bool holds(BufferKind kind, int64_t device, const Box &box) const {
+    std::optional<size_t> p = position(device);
+    if (!p)
+      return false;
+    const Tile &tile = of(kind, *p);
+    return tile.present && within(tile.box, box);
+  }
+};
+
+BufferSpace spaceFor(BufferKind kind) {
+  return kind == BufferKind::Source ? BufferSpace::Source
+                                    : BufferSpace::Destination;
+}
+
+/// `dsts` is every member but `src` (both sorted, `src` a member).
+bool isEveryOtherMember(const std::vector<int64_t> &dsts, int64_t src,
+                        const std::vector<int64_t> &members) {
+  if (dsts.size() + 1 != members.size())
+    return false;
+  size_t d = 0;
+  for (int64_t member : members) {
+    if (member == src)
+      continue;
+    if (dsts[d++] != member)
+      return false;
+  }
+  return true;
+}
+
+/// Sorted, distinct members with at least two of them.
+bool validMembers(const std::vector<int64_t> &members) {
+  return members.size() >= 2 &&
+         std::is_sorted(members.begin(), members.end()) &&
+         std::adjacent_find(members.begin(), members.end()) == members.end();
+}
+
+/// A segment of `numDevices` empty rows over `members`.
+Segment collectiveSegment(SegmentMethod method, size_t step, int phase,
+                          const std::vector<int64_t> &members,
+                          size_t numDevices) {
+  Segment segment;
+  segment.method = method;
+  segment.step = step;
+  segment.phase = phase;
+  segment.members = members;
+  segment.perDevice.resize(numDevices);
+  return segment;
+}
+
+/// One in-place all-gather, when every member of an all-gather phase sends
+/// the same number of bytes, unsummed, to every other member. Each member
+/// packs its boxes at rank * chunk (in transfer order); receivers unpack in
+/// transfer order, as the simulator writes.
+std::optional<Segment> matchAllGather(const Step &step, size_t s, int phase,
+                                      const TileSet &tiles, size_t numDevices) {
+  if (step.kind != StepKind::AllGather)
+    return std::nullopt;
+  const std::vector<int64_t> &members = step.devices;
+  if (!validMembers(members))
+    return std::nullopt;
+  size_t n = members.size();
+  std::vector<const Transfer *> transfers;
+  std::vector<int64_t> contributed(n, 0);
+  for (const Transfer &transfer : step.transfers) {
+    if (transfer.phase != phase || transfer.box.empty())
+      continue;
+    auto rank =
+        std::lower_bound(members.begin(), members.end(), transfer.srcDevice);
+    if (transfer.accumulate || rank == members.end() ||
+        *rank != transfer.srcDevice ||
+        !isEveryOtherMember(transfer.dstDevices, transfer.srcDevice, members) ||
+        !tiles.holds(transfer.srcBuffer, transfer.srcDevice, transfer.box))
+      return std::nullopt;
+    for (int64_t dst : transfer.dstDevices)
+      if (!tiles.holds(transfer.dstBuffer, dst, transfer.box))
+        return std::nullopt;
+    contributed[rank - members.begin()] +=
+        transfer.box.numElements() * tiles.eb;
+    transfers.push_back(&transfer);
+  }
+  int64_t chunk = contributed[0];
+  if (chunk == 0 || std::any_of(contributed.begin(), contributed.end(),
+                                [&](int64_t bytes) { return bytes != chunk; }))
+    return std::nullopt;
+
+  Segment segment = collectiveSegment(SegmentMethod::AllGather, s, phase,
+                                      members, numDevices);
+  std::vector<int64_t> packed(n, 0);
+  for (const Transfer *transfer : transfers) {
+    const Box &box = transfer->box;
+    size_t rank =
+        std::lower_bound(members.begin(), members.end(), transfer->srcDevice) -
+        members.begin();
+    int64_t at = rank * chunk + packed[rank];
+    packed[rank] += box.numElements() * tiles.eb;
+    size_t srcPos = *tiles.position(transfer->srcDevice);
+    segment.perDevice[srcPos].before.push_back(
+        makeRow(CopyKind::Copy,
+                inTile(spaceFor(transfer->srcBuffer),
+                       tiles.of(transfer->srcBuffer, srcPos), box),
+                inStaging(at, box, tiles.eb), box, tiles.eb, tiles.outerDims));
+    for (int64_t dst : transfer->dstDevices) {
+      size_t dstPos = *tiles.position(dst);
+      segment.perDevice[dstPos].after.push_back(
+          makeRow(CopyKind::Copy, inStaging(at, box, tiles.eb),
+                  inTile(spaceFor(transfer->dstBuffer),
+                         tiles.of(transfer->dstBuffer, dstPos), box),
+                  box, tiles.eb, tiles.outerDims));
+    }
+  }
+  for (int64_t member : members) {
+    DeviceSegment &rows = segment.perDevice[*tiles.position(member)];
+    rows.comm.push_back({CommKind::AllGather, member, 0, chunk});
+    rows.stagingBytes = static_cast<int64_t>(n) * chunk;
+  }
+  return segment;
+}
+
+/// One in-place sum over the members, for both phases of an all-reduce
+/// step whose pieces are disjoint, each reduced onto its owner by every
+/// other member (phase 0) and copied from the owner to every other member
+/// (phase 1): afterwards every member holds the sum over all members of
+/// every piece, which is what one all-reduce of the pieces gives. Pieces
+/// that are the whole source tile, in order, are reduced in the tile itself.
+std::optional<Segment> matchAllReduce(const Step &step, size_t s,
+                                      const TileSet &tiles, size_t numDevices) {
+  if (step.kind != StepKind::AllReduce)
+    return std::nullopt;
+  const std::vector<int64_t> &members = step.devices;
+  if (!validMembers(members))
+    return std::nullopt;
+  size_t n = members.size();
+  // Phase 1 names the pieces and their owners.
+  std::vector<Box> pieces;
+  std::vector<int64_t> owners;
+  for (const Transfer &transfer : step.transfers) {
+    if (transfer.phase != 1)
+      continue;
+    if (transfer.accumulate || transfer.box.empty() ||
+        transfer.srcBuffer != BufferKind::Source ||
+        transfer.dstBuffer != BufferKind::Source ||
+        !std::binary_search(members.begin(), members.end(),
+                            transfer.srcDevice) ||
+        !isEveryOtherMember(transfer.dstDevices, transfer.srcDevice, members))
+      return std::nullopt;
+    pieces.push_back(transfer.box);
+    owners.push_back(transfer.srcDevice);
+  }
+  if (pieces.empty())
+    return std::nullopt;
+  for (size_t i = 0; i < pieces.size(); ++i)
+    for (size_t j = i + 1; j < pieces.size(); ++j)
+      if (!pieces[i].intersect(pieces[j]).empty())
+        return std::nullopt;
+  // Phase 0 reduces piece i onto its owner from every other member, once.
+  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, size_t>
+      pieceOf;
+  for (size_t i = 0; i < pieces.size(); ++i)
+    pieceOf[{pieces[i].lo, pieces[i].hi}] = i;
+  std::vector<std::set<int64_t>> senders(pieces.size());
+  for (const Transfer &transfer : step.transfers) {
+    if (transfer.phase == 1)
+      continue;
+    auto it = pieceOf.find({transfer.box.lo, transfer.box.hi});
+    if (transfer.phase != 0 || !transfer.accumulate || it == pieceOf.end() ||
+        transfer.srcBuffer != BufferKind::Source ||
+        transfer.dstBuffer != BufferKind::Source ||
+        transfer.dstDevices.size() != 1 ||
+        transfer.dstDevices.front() != owners[it->second] ||
+        transfer.srcDevice == owners[it->second] ||
+        !std::binary_search(members.begin(), members.end(),
+                            transfer.srcDevice) ||
+        !senders[it->second].insert(transfer.srcDevice).second)
+      return std::nullopt;
+  }
+  for (const std::set<int64_t> &from : senders)
+    if (from.size() != n - 1)
+      return std::nullopt;
+  for (int64_t member : members)
+    for (const Box &piece : pieces)
+      if (!tiles.holds(BufferKind::Source, member, piece))
+        return std::nullopt;
+
+  Segment segment =
+      collectiveSegment(SegmentMethod::AllReduce, s, 0, members, numDevices);
+  int64_t total = 0;
+  for (const Box &piece : pieces)
+    total += piece.numElements() * tiles.eb;
+  for (int64_t member : members) {
+    size_t p = *tiles.position(member);
+    const Tile &tile = tiles.source[p];
+    DeviceSegment &rows = segment.perDevice[p];
+    // In place when the pieces are the tile's bytes in order.
+    bool inPlace = total == tile.box.numElements() * tiles.eb;
+    for (size_t i = 0, at = 0; inPlace && i < pieces.size(); ++i) {
+      inPlace = contiguousIn(tile, pieces[i]) &&
+                inTile(BufferSpace::Source, tile, pieces[i]).offset ==
+                    static_cast<int64_t>(at);
+      at += pieces[i].numElements() * tiles.eb;
+    }
+    if (inPlace) {
+      rows.comm.push_back(
+          {CommKind::AllReduce, member, 0, total, BufferSpace::Source});
+      continue;
+    }
+    int64_t at = 0;
+    for (const Box &piece : pieces) {
+      Placement inSource = inTile(BufferSpace::Source, tile, piece);
+      Placement staged = inStaging(at, piece, tiles.eb);
+      rows.before.push_back(makeRow(CopyKind::Copy, inSource, staged, piece,
+                                    tiles.eb, tiles.outerDims));
+      rows.after.push_back(makeRow(CopyKind::Copy, staged, inSource, piece,
+                                   tiles.eb, tiles.outerDims));
+      at += piece.numElements() * tiles.eb;
+    }
+    rows.comm.push_back({CommKind::AllReduce, member, 0, total});
+    rows.stagingBytes = total;
+  }
+  return segment;
+}
+
+/// One in-place reduce-scatter, when every member owns one piece of the same
+/// size and receives it, to be added into its source tile, from every other
+/// member. Each member packs every piece (its own too) in rank order; the
+/// sum over all members of its own piece is what the plan leaves in the
+/// owner's tile (its own partial plus every other's), so it is copied back,
+/// not added.
+std::optional<Segment> matchReduceScatter(const Step &step, size_t s, int phase,
+                                          const TileSet &tiles,
+                                          size_t numDevices) {
+  if (step.kind != StepKind::ReduceScatter)
+    return std::nullopt;
+  const std::vector<int64_t> &members = step.devices;
+  if (!validMembers(members))
+    return std::nullopt;
+  size_t n = members.size();
+  std::vector<std::optional<Box>> pieces(n);
+  std::vector<std::set<int64_t>> senders(n);
+  for (const Transfer &transfer : step.transfers) {
+    if (transfer.phase != phase)
+      continue;
+    if (!transfer.accumulate || transfer.box.empty() ||
+        transfer.srcBuffer != BufferKind::Source ||
+        transfer.dstBuffer != BufferKind::Source ||
+        transfer.dstDevices.size() != 1 ||
+        transfer.dstDevices.front() == transfer.srcDevice ||
+        !std::binary_search(members.begin(), members.end(), transfer.srcDevice))
+      return std::nullopt;
+    auto owner = std::lower_bound(members.begin(), members.end(),
+                                  transfer.dstDevices.front());
+    if (owner == members.end() || *owner != transfer.dstDevices.front())
+      return std::nullopt;
+    size_t rank = owner - members.begin();
+    if (pieces[rank] && *pieces[rank] != transfer.box)
+      return std::nullopt;
+    pieces[rank] = transfer.box;
+    if (!senders[rank].insert(transfer.srcDevice).second)
+      return std::nullopt;
+  }
+  if (!pieces[0])
+    return std::nullopt;
+  int64_t chunk = pieces[0]->numElements() * tiles.eb;
+  for (size_t r = 0; r < n; ++r)
+    if (!pieces[r] || senders[r].size() != n - 1 ||
+        pieces[r]->numElements() * tiles.eb != chunk)
+      return std::nullopt;
+  for (int64_t member : members)
+    for (const std::optional<Box> &piece : pieces)
+      if (!tiles.holds(BufferKind::Source, member, *piece))
+        return std::nullopt;
+
+  Segment segment = collectiveSegment(SegmentMethod::ReduceScatter, s, phase,
+                                      members, numDevices);
+  for (size_t rank = 0; rank < n; ++rank) {
+    size_t p = *tiles.position(members[rank]);
+    const Tile &tile = tiles.source[p];
+    DeviceSegment &rows = segment.perDevice[p];
+    for (size_t r = 0; r < n; ++r)
+      rows.before.push_back(
+          makeRow(CopyKind::Copy, inTile(BufferSpace::Source, tile, *pieces[r]),
+                  inStaging(r * chunk, *pieces[r], tiles.eb), *pieces[r],
+                  tiles.eb, tiles.outerDims));
+    rows.comm.push_back({CommKind::ReduceScatter, members[rank], 0, chunk});
+    rows.after.push_back(makeRow(
+        CopyKind::Copy, inStaging(rank * chunk, *pieces[rank], tiles.eb),
+        inTile(BufferSpace::Source, tile, *pieces[rank]), *pieces[rank],
+        tiles.eb, tiles.outerDims));
+    rows.stagingBytes = static_cast<int64_t>(n) * chunk;
+  }
+  return segment;
+}
+
 } // namespace
 
 absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     const TransferPlan &plan, const TensorLayout &source,
-    const TensorLayout &destination, const std::vector<int64_t> &devices) {
+    const TensorLayout &destination, const std::vector<int64_t> &devices,
+    const ScheduleOptions &options) {
   DeviceSchedule schedule;
   schedule.devices = devices;
   schedule.elementBytes = plan.elementBytes;
@@ -221,12 +533,44 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
   }
 
   schedule.stagingBytes.assign(numDevices, 0);
+  // A collective segment writes what the send/recv rows would have; the
+  // flags are the plan's either way.
+  for (const Step &step : plan.steps)
+    for (const Transfer &transfer : step.transfers) {
+      if (transfer.accumulate && transfer.dstBuffer == BufferKind::Destination)
+        schedule.accumulatesIntoDestination = true;
+      if (transfer.dstBuffer == BufferKind::Source)
+        schedule.writesSource = true;
+    }
+  TileSet tiles{positionOf, sourceTiles, destinationTiles, eb,
+                schedule.outerDims};
+  auto addSegment = [&](Segment segment) {
+    for (size_t p = 0; p < numDevices; ++p)
+      schedule.stagingBytes[p] =
+          std::max(schedule.stagingBytes[p], segment.perDevice[p].stagingBytes);
+    schedule.segments.push_back(std::move(segment));
+  };
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const Step &step = plan.steps[s];
     int maxPhase = 0;
     for (const Transfer &transfer : step.transfers)
       maxPhase = std::max(maxPhase, transfer.phase);
+    if (options.collectives && options.reductions)
+      if (std::optional<Segment> segment =
+              matchAllReduce(step, s, tiles, numDevices)) {
+        addSegment(std::move(*segment));
+        continue;
+      }
     for (int phase = 0; phase <= maxPhase; ++phase) {
+      std::optional<Segment> collective;
+      if (options.collectives)
+        collective = matchAllGather(step, s, phase, tiles, numDevices);
+      if (!collective && options.collectives && options.reductions)
+        collective = matchReduceScatter(step, s, phase, tiles, numDevices);
+      if (collective) {
+        addSegment(std::move(*collective));
+        continue;
+      }
       Segment segment;
       segment.step = s;
       segment.phase = phase;
@@ -383,11 +727,9 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
         segment.method =
             remote ? SegmentMethod::SendRecv : SegmentMethod::Local;
       }
-      for (size_t p = 0; p < numDevices; ++p) {
+      for (size_t p = 0; p < numDevices; ++p)
         segment.perDevice[p].stagingBytes = used[p];
-        schedule.stagingBytes[p] = std::max(schedule.stagingBytes[p], used[p]);
-      }
-      schedule.segments.push_back(std::move(segment));
+      addSegment(std::move(segment));
     }
   }
   return schedule;

@@ -49,14 +49,14 @@ func.func @permute(%x: tensor<8x4xi32> {polymesh.sharding = #polymesh.sharding<@
 
 // -----
 
-// Partial sums: an all-reduce adds element by element (fadd in the loop);
-// the source tile is copied first because the plan sums into it.
+// Partial sums: an all-reduce is one polymesh_rt_all_reduce in place; the
+// source tile is copied first because the plan sums into it. Sums that are
+// no collective add element by element (collectives-cpu.mlir).
 polymesh.mesh @m = <["y"=2]>
 
 // CHECK-LABEL: llvm.func @sum__part0(
 // CHECK: "llvm.intr.memcpy"
-// CHECK: llvm.fadd
-// CHECK: llvm.call @polymesh_rt_send
+// CHECK: llvm.call @polymesh_rt_all_reduce
 func.func @sum(%a: tensor<4x6xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"y"}]>},
                %b: tensor<6x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"y"}, {}]>})
     -> (tensor<4x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>}) {

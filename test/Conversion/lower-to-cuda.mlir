@@ -69,15 +69,24 @@ func.func @permute(%x: tensor<8x4xi32> {polymesh.sharding = #polymesh.sharding<@
 
 // -----
 
-// Partial sums: an all-reduce in bf16 adds in an accumulate kernel (f32
-// arithmetic, rounded per addition); the source is copied first.
-polymesh.mesh @m = <["y"=2]>
+// Partial sums: a bf16 all-reduce is one ncclAllReduce in place
+// (ncclBfloat16 = 9, ncclSum = 0) on a copy of the source tile. A
+// reduce-scatter of unequal pieces (6 rows over 4 devices) stays
+// ncclSend/ncclRecv, the receivers adding in an accumulate kernel (f32
+// arithmetic, rounded per addition). collectives-cuda.mlir has the rest.
+polymesh.mesh @m4 = <["x"=4]>
 
 // CHECK-LABEL: llvm.func @sum__part0(
 // CHECK: llvm.call @polymesh_rt_device_copy
+// CHECK: llvm.call @ncclAllReduce
+// CHECK: llvm.call @ncclSend
 // CHECK: @polymesh_kernels::@accumulate_outer1_bf16
 // PTX: .visible .entry accumulate_outer1_bf16(
-func.func @sum(%p: tensor<4x4xbf16> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}], unreduced={"y"}>})
-    -> (tensor<4x4xbf16> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>}) {
-  return %p : tensor<4x4xbf16>
+// LLVM-LABEL: define void @sum__part0(
+// LLVM: call i32 @ncclAllReduce(ptr %{{[0-9]+}}, ptr %{{[0-9]+}}, i64 %{{[0-9]+}}, i32 9, i32 0,
+func.func @sum(%p: tensor<4x4xbf16> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {}], unreduced={"x"}>},
+               %q: tensor<6x4xbf16> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {}], unreduced={"x"}>})
+    -> (tensor<4x4xbf16> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {}]>},
+        tensor<6x4xbf16> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>}) {
+  return %p, %q : tensor<4x4xbf16>, tensor<6x4xbf16>
 }

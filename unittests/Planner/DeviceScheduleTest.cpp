@@ -139,6 +139,13 @@ struct RunStats {
   int64_t accumulateRows = 0;
   int64_t broadcastSegments = 0;
   int64_t sendRecvSegments = 0;
+  /// What the other collectives would move by ring (the plan's send/recv
+  /// bytes for the same step): (n-1) * n * chunk for an all-gather or a
+  /// reduce-scatter, 2 * (n-1) * bytes for an all-reduce.
+  int64_t collectiveBytes = 0;
+  int64_t allGatherSegments = 0;
+  int64_t allReduceSegments = 0;
+  int64_t reduceScatterSegments = 0;
 };
 
 class Interpreter {
@@ -508,6 +515,134 @@ private:
     return AssertionSuccess();
   }
 
+  /// AllGather, AllReduce and ReduceScatter, in place, as the runtime
+  /// defines them: rank r is the member's index in the sorted members;
+  /// sums are integer additions in rank order.
+  AssertionResult runCollective(CommKind kind) {
+    const std::vector<int64_t> &members = segment_->members;
+    if (members.size() < 2 || !std::is_sorted(members.begin(), members.end()) ||
+        std::adjacent_find(members.begin(), members.end()) != members.end())
+      return AssertionFailure() << "collective over members ["
+                                << absl::StrJoin(members, ", ") << "]";
+    int64_t n = static_cast<int64_t>(members.size());
+    std::vector<size_t> positions;
+    for (int64_t member : members) {
+      auto it = positionOf_.find(member);
+      if (it == positionOf_.end())
+        return AssertionFailure() << "collective member " << member
+                                  << " is not a device of the schedule";
+      positions.push_back(it->second);
+    }
+    std::vector<const CommRow *> rows(n);
+    for (size_t p = 0; p < devices_.size(); ++p) {
+      const std::vector<CommRow> &comm = segment_->perDevice[p].comm;
+      auto member = std::find(positions.begin(), positions.end(), p);
+      if (member == positions.end()) {
+        if (!comm.empty())
+          return AssertionFailure() << "device " << devices_[p].id
+                                    << " is no member but communicates";
+        continue;
+      }
+      if (comm.size() != 1 || comm[0].kind != kind ||
+          comm[0].peer != devices_[p].id)
+        return AssertionFailure()
+               << "member " << devices_[p].id
+               << " has not exactly one collective row naming itself";
+      const CommRow &row = comm[0];
+      int64_t extent = kind == CommKind::AllReduce ? row.bytes : n * row.bytes;
+      if (row.bytes <= 0 || row.stagingOffset < 0 ||
+          row.stagingOffset + extent > limit(p, row.space))
+        return AssertionFailure()
+               << "member " << devices_[p].id << " communicates ["
+               << row.stagingOffset << ", " << row.stagingOffset + extent
+               << ") of " << limit(p, row.space) << " bytes";
+      if (row.bytes % eb_ != 0 || row.stagingOffset % eb_ != 0)
+        return AssertionFailure() << "unaligned communication";
+      size_t rank = member - positions.begin();
+      if (rows[0] && row.bytes != rows[0]->bytes)
+        return AssertionFailure() << "members disagree on the byte count";
+      rows[rank] = &row;
+    }
+    int64_t bytes = rows[0]->bytes;
+    // What each member contributes, read before anything is written.
+    auto at = [&](size_t rank, int64_t offset) {
+      Device &device = devices_[positions[rank]];
+      return buffer(device, rows[rank]->space).begin() +
+             rows[rank]->stagingOffset + offset;
+    };
+    auto packed = [&](size_t rank, int64_t offset, int64_t length) {
+      return rows[rank]->space != BufferSpace::Staging ||
+             allValid(devices_[positions[rank]],
+                      rows[rank]->stagingOffset + offset, length);
+    };
+    auto markValid = [&](size_t rank, int64_t offset, int64_t length) {
+      if (rows[rank]->space != BufferSpace::Staging)
+        return;
+      std::vector<char> &valid = devices_[positions[rank]].valid;
+      int64_t from = rows[rank]->stagingOffset + offset;
+      std::fill(valid.begin() + from, valid.begin() + from + length, 1);
+    };
+    auto sum = [&](int64_t offset, int64_t length) {
+      std::vector<uint8_t> total(length, 0);
+      for (size_t rank = 0; rank < members.size(); ++rank)
+        for (int64_t e = 0; e < length; e += eb_)
+          store(&total[e], eb_,
+                load(&total[e], eb_) + load(&*at(rank, offset + e), eb_));
+      return total;
+    };
+    switch (kind) {
+    case CommKind::AllGather: {
+      std::vector<std::vector<uint8_t>> chunks;
+      for (size_t rank = 0; rank < members.size(); ++rank) {
+        if (!packed(rank, rank * bytes, bytes))
+          return AssertionFailure() << "member " << members[rank]
+                                    << " gathers a chunk it did not pack";
+        chunks.emplace_back(at(rank, rank * bytes),
+                            at(rank, rank * bytes) + bytes);
+      }
+      for (size_t rank = 0; rank < members.size(); ++rank) {
+        for (size_t from = 0; from < members.size(); ++from)
+          std::copy(chunks[from].begin(), chunks[from].end(),
+                    at(rank, from * bytes));
+        markValid(rank, 0, n * bytes);
+      }
+      stats_.collectiveBytes += (n - 1) * n * bytes;
+      ++stats_.allGatherSegments;
+      break;
+    }
+    case CommKind::AllReduce: {
+      for (size_t rank = 0; rank < members.size(); ++rank)
+        if (!packed(rank, 0, bytes))
+          return AssertionFailure() << "member " << members[rank]
+                                    << " reduces bytes it did not pack";
+      std::vector<uint8_t> total = sum(0, bytes);
+      for (size_t rank = 0; rank < members.size(); ++rank)
+        std::copy(total.begin(), total.end(), at(rank, 0));
+      stats_.collectiveBytes += 2 * (n - 1) * bytes;
+      ++stats_.allReduceSegments;
+      break;
+    }
+    default: {
+      for (size_t rank = 0; rank < members.size(); ++rank)
+        if (!packed(rank, 0, n * bytes))
+          return AssertionFailure() << "member " << members[rank]
+                                    << " scatters bytes it did not pack";
+      std::vector<std::vector<uint8_t>> totals;
+      for (size_t rank = 0; rank < members.size(); ++rank)
+        totals.push_back(sum(rank * bytes, bytes));
+      for (size_t rank = 0; rank < members.size(); ++rank) {
+        std::copy(totals[rank].begin(), totals[rank].end(),
+                  at(rank, rank * bytes));
+        markValid(rank, rank * bytes, bytes);
+      }
+      stats_.collectiveBytes += (n - 1) * n * bytes;
+      ++stats_.reduceScatterSegments;
+      break;
+    }
+    }
+    return AssertionSuccess();
+  }
+
   AssertionResult runSegment(size_t s) {
     segment_ = &schedule_.segments[s];
     std::string where = absl::StrCat("segment ", s, " (step ", segment_->step,
@@ -548,6 +683,15 @@ private:
       break;
     case SegmentMethod::Broadcast:
       comm = runBroadcast();
+      break;
+    case SegmentMethod::AllGather:
+      comm = runCollective(CommKind::AllGather);
+      break;
+    case SegmentMethod::AllReduce:
+      comm = runCollective(CommKind::AllReduce);
+      break;
+    case SegmentMethod::ReduceScatter:
+      comm = runCollective(CommKind::ReduceScatter);
       break;
     }
     if (!comm)
@@ -599,7 +743,8 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
   int rank = static_cast<int>(plan.shape.size());
   if (schedule.outerDims != std::max(rank - 1, 0))
     return AssertionFailure() << "outerDims " << schedule.outerDims;
-  // One segment per step phase, in order; one segment for an identity.
+  // One segment per step phase, in order (an all-reduce segment covers
+  // every phase of its all-reduce step); one segment for an identity.
   std::vector<std::pair<size_t, int>> phases;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     int maxPhase = 0;
@@ -613,13 +758,25 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
         schedule.segments[0].method != SegmentMethod::Local)
       return AssertionFailure() << "an identity is not one local segment";
   } else {
-    if (schedule.segments.size() != phases.size())
+    size_t next = 0;
+    for (size_t s = 0; s < schedule.segments.size(); ++s) {
+      const Segment &segment = schedule.segments[s];
+      if (next >= phases.size() || segment.step != phases[next].first ||
+          segment.phase != phases[next].second)
+        return AssertionFailure() << "segment " << s << " is out of order";
+      ++next;
+      if (segment.method != SegmentMethod::AllReduce)
+        continue;
+      if (plan.steps[segment.step].kind != StepKind::AllReduce ||
+          segment.phase != 0)
+        return AssertionFailure()
+               << "segment " << s << " all-reduces a step that is not one";
+      while (next < phases.size() && phases[next].first == segment.step)
+        ++next;
+    }
+    if (next != phases.size())
       return AssertionFailure() << schedule.segments.size() << " segments for "
                                 << phases.size() << " step phases";
-    for (size_t s = 0; s < phases.size(); ++s)
-      if (schedule.segments[s].step != phases[s].first ||
-          schedule.segments[s].phase != phases[s].second)
-        return AssertionFailure() << "segment " << s << " is out of order";
   }
   // The staging buffer is the most any segment needs.
   for (size_t p = 0; p < devices.size(); ++p) {
@@ -677,7 +834,8 @@ AssertionResult checkSchedule(const TransferPlan &plan,
                               const TensorLayout &source,
                               const TensorLayout &destination,
                               const std::vector<int64_t> &devices,
-                              Checked *out = nullptr) {
+                              Checked *out = nullptr,
+                              const ScheduleOptions &scheduleOptions = {}) {
   absl::StatusOr<SimulationResult> simulated =
       simulatePlan(plan, source, destination);
   if (!simulated.ok())
@@ -688,7 +846,7 @@ AssertionResult checkSchedule(const TransferPlan &plan,
     return AssertionFailure() << "simulator result: " << reference;
 
   absl::StatusOr<DeviceSchedule> schedule =
-      scheduleForDevices(plan, source, destination, devices);
+      scheduleForDevices(plan, source, destination, devices, scheduleOptions);
   if (!schedule.ok())
     return AssertionFailure() << "scheduleForDevices: " << schedule.status();
   AssertionResult structure =
@@ -707,10 +865,12 @@ AssertionResult checkSchedule(const TransferPlan &plan,
   if (stats.sendBytes != stats.recvBytes)
     return AssertionFailure() << stats.sendBytes << " bytes sent, "
                               << stats.recvBytes << " received";
-  if (stats.sendBytes + stats.broadcastBytes != plan.bytesMoved)
+  if (stats.sendBytes + stats.broadcastBytes + stats.collectiveBytes !=
+      plan.bytesMoved)
     return AssertionFailure()
-           << "the schedule moves " << stats.sendBytes << " bytes by send and "
-           << stats.broadcastBytes << " by broadcast; the plan moves "
+           << "the schedule moves " << stats.sendBytes << " bytes by send, "
+           << stats.broadcastBytes << " by broadcast and "
+           << stats.collectiveBytes << " by other collectives; the plan moves "
            << plan.bytesMoved;
   if (plan.memoryLimitBytes > 0)
     for (size_t p = 0; p < devices.size(); ++p)
@@ -730,7 +890,8 @@ AssertionResult checkSchedule(const TransferPlan &plan,
 /// Plans, schedules, runs and compares; the hand-picked tests' entry point.
 Checked planAndRun(const TensorLayout &source, const TensorLayout &destination,
                    int64_t elementBytes = 8, PlanOptions options = {},
-                   const std::vector<int64_t> &extra = {}) {
+                   const std::vector<int64_t> &extra = {},
+                   const ScheduleOptions &scheduleOptions = {}) {
   Checked checked;
   absl::StatusOr<TransferPlan> plan =
       planReshard(source, destination, elementBytes, options);
@@ -739,7 +900,7 @@ Checked planAndRun(const TensorLayout &source, const TensorLayout &destination,
     return checked;
   EXPECT_TRUE(checkSchedule(*plan, source, destination,
                             programDevices(source, destination, extra),
-                            &checked))
+                            &checked, scheduleOptions))
       << describe(source) << "  ->  " << describe(destination) << "\n"
       << formatPlan(*plan);
   return checked;
@@ -750,6 +911,14 @@ int64_t countSegments(const DeviceSchedule &schedule, SegmentMethod method) {
   for (const Segment &segment : schedule.segments)
     count += segment.method == method;
   return count;
+}
+
+const Segment *findSegment(const DeviceSchedule &schedule,
+                           SegmentMethod method) {
+  for (const Segment &segment : schedule.segments)
+    if (segment.method == method)
+      return &segment;
+  return nullptr;
 }
 
 //===----------------------------------------------------------------------===//
@@ -782,11 +951,12 @@ TEST(DeviceSchedule, AllGatherPacksWholeTiles) {
   TensorLayout dst = layout(mesh, {{}, {"b"}}, {8, 8});
   Checked checked = planAndRun(src, dst);
   EXPECT_EQ(checked.plan.count(StepKind::AllGather), 4);
-  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::SendRecv), 4);
+  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::AllGather), 4);
   // Source tiles 4x2 into destination tiles 8x2: every box is whole rows,
   // so nothing is strided.
   EXPECT_EQ(checked.stats.stridedRows, 0);
-  EXPECT_EQ(checked.stats.sendBytes, 8 * 4 * 2 * 8);
+  EXPECT_EQ(checked.stats.sendBytes, 0);
+  EXPECT_EQ(checked.stats.collectiveBytes, 8 * 4 * 2 * 8);
 
   Mesh square = makeMesh({{"a", 2}, {"b", 2}});
   planAndRun(layout(square, {{"a"}, {"b"}}, {4, 6}),
@@ -943,34 +1113,214 @@ TEST(DeviceSchedule, ZeroFillForNewUnreducedAxis) {
 
 TEST(DeviceSchedule, UnreducedAllReduceAndReduceScatter) {
   Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
-  // All-reduce: phase 0 accumulates in the source buffers, phase 1 copies.
-  Checked allReduce = planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
-                                 layout(mesh, {{"a"}, {}}, {8, 8}));
+  // Without collective sums (an element type the backend cannot add): the
+  // all-reduce's phase 0 accumulates in the source buffers by send/recv,
+  // phase 1 copies.
+  ScheduleOptions noSums;
+  noSums.reductions = false;
+  Checked allReduce =
+      planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+                 layout(mesh, {{"a"}, {}}, {8, 8}), 8, {}, {}, noSums);
   EXPECT_EQ(allReduce.plan.count(StepKind::AllReduce), 2);
   EXPECT_TRUE(allReduce.schedule.writesSource);
   EXPECT_GT(allReduce.stats.accumulateRows, 0);
+  EXPECT_EQ(countSegments(allReduce.schedule, SegmentMethod::AllReduce), 0);
   bool twoPhases = false;
   for (const Segment &segment : allReduce.schedule.segments)
     twoPhases |= segment.phase == 1;
   EXPECT_TRUE(twoPhases);
 
-  Checked scatter = planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
-                               layout(mesh, {{"a"}, {"b"}}, {8, 8}));
+  Checked scatter =
+      planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+                 layout(mesh, {{"a"}, {"b"}}, {8, 8}), 8, {}, {}, noSums);
   EXPECT_EQ(scatter.plan.count(StepKind::ReduceScatter), 2);
   EXPECT_GT(scatter.stats.accumulateRows, 0);
+  EXPECT_EQ(countSegments(scatter.schedule, SegmentMethod::ReduceScatter), 0);
 
   // Odd extents, partials kept, and a reduction across meshes.
-  planAndRun(layout(mesh, {{}, {"a"}}, {7, 5}, {"b"}),
-             layout(mesh, {{"b"}, {}}, {7, 5}));
-  planAndRun(layout(mesh, {{"a"}, {}}, {4, 4}, {"b"}),
-             layout(mesh, {{}, {}}, {4, 4}, {"b"}));
-  Mesh other = makeMesh({{"x", 4}}, range(8, 12));
-  planAndRun(layout(mesh, {{"a"}, {}}, {8, 4}, {"b"}),
-             layout(other, {{}, {"x"}}, {8, 4}));
-  // Every element size: sums wrap the same way in 1, 2 and 4 bytes.
-  for (int64_t eb : {1, 2, 4})
-    planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
-               layout(mesh, {{"a"}, {}}, {8, 8}), eb);
+  for (const ScheduleOptions &options : {ScheduleOptions{}, noSums}) {
+    planAndRun(layout(mesh, {{}, {"a"}}, {7, 5}, {"b"}),
+               layout(mesh, {{"b"}, {}}, {7, 5}), 8, {}, {}, options);
+    planAndRun(layout(mesh, {{"a"}, {}}, {4, 4}, {"b"}),
+               layout(mesh, {{}, {}}, {4, 4}, {"b"}), 8, {}, {}, options);
+    Mesh other = makeMesh({{"x", 4}}, range(8, 12));
+    planAndRun(layout(mesh, {{"a"}, {}}, {8, 4}, {"b"}),
+               layout(other, {{}, {"x"}}, {8, 4}), 8, {}, {}, options);
+    // Every element size: sums wrap the same way in 1, 2 and 4 bytes.
+    for (int64_t eb : {1, 2, 4})
+      planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+                 layout(mesh, {{"a"}, {}}, {8, 8}), eb, {}, {}, options);
+  }
+}
+
+TEST(DeviceSchedule, AllReduceIsOneCollectiveInPlace) {
+  Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
+  Checked checked = planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+                               layout(mesh, {{"a"}, {}}, {8, 8}));
+  ASSERT_EQ(checked.plan.count(StepKind::AllReduce), 2);
+  // One segment for both phases of each step; the local copies after it.
+  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::AllReduce), 2);
+  EXPECT_EQ(checked.stats.sendBytes, 0);
+  EXPECT_EQ(checked.stats.accumulateRows, 0);
+  EXPECT_EQ(checked.stats.collectiveBytes, 2 * 2 * 3 * 4 * 8 * 8);
+  for (const Segment &segment : checked.schedule.segments) {
+    if (segment.method != SegmentMethod::AllReduce)
+      continue;
+    EXPECT_EQ(segment.phase, 0);
+    ASSERT_EQ(segment.members.size(), 4u);
+    for (int64_t member : segment.members) {
+      // The pieces are the whole 4x8 source tile in order: summed in it.
+      const DeviceSegment &rows = segment.perDevice[member];
+      EXPECT_TRUE(rows.before.empty());
+      EXPECT_TRUE(rows.after.empty());
+      ASSERT_EQ(rows.comm.size(), 1u);
+      EXPECT_EQ(rows.comm[0].kind, CommKind::AllReduce);
+      EXPECT_EQ(rows.comm[0].space, BufferSpace::Source);
+      EXPECT_EQ(rows.comm[0].bytes, 4 * 8 * 8);
+    }
+  }
+  // In chunks, each step's pieces are part of the tile: packed, summed in
+  // staging, unpacked.
+  Mesh four = makeMesh({{"a", 4}});
+  Checked chunked =
+      planAndRun(layout(four, {{}, {}}, {16, 8}, {"a"}),
+                 layout(four, {{}, {}}, {16, 8}), 8, PlanOptions{512});
+  EXPECT_GT(chunked.plan.numChunks, 1);
+  EXPECT_GT(countSegments(chunked.schedule, SegmentMethod::AllReduce), 1);
+  EXPECT_GT(chunked.stats.allReduceSegments, 1);
+  bool staged = false;
+  for (const Segment &segment : chunked.schedule.segments)
+    for (const DeviceSegment &rows : segment.perDevice)
+      staged |= segment.method == SegmentMethod::AllReduce &&
+                !rows.before.empty() &&
+                rows.comm.at(0).space == BufferSpace::Staging;
+  EXPECT_TRUE(staged);
+}
+
+TEST(DeviceSchedule, ReduceScatterOfEqualPieces) {
+  Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
+  Checked checked = planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+                               layout(mesh, {{"a"}, {"b"}}, {8, 8}), 4);
+  ASSERT_EQ(checked.plan.count(StepKind::ReduceScatter), 2);
+  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::ReduceScatter), 2);
+  EXPECT_EQ(checked.stats.accumulateRows, 0);
+  EXPECT_EQ(checked.stats.sendBytes, 0);
+  for (const Segment &segment : checked.schedule.segments) {
+    if (segment.method != SegmentMethod::ReduceScatter)
+      continue;
+    for (size_t rank = 0; rank < segment.members.size(); ++rank) {
+      const DeviceSegment &rows = segment.perDevice[segment.members[rank]];
+      // Four 4x2 pieces packed in rank order, the own sum copied back.
+      EXPECT_EQ(rows.before.size(), 4u);
+      ASSERT_EQ(rows.after.size(), 1u);
+      EXPECT_EQ(rows.after[0].kind, CopyKind::Copy);
+      EXPECT_EQ(rows.after[0].srcOffset,
+                static_cast<int64_t>(rank) * 4 * 2 * 4);
+      EXPECT_EQ(rows.comm.at(0).bytes, 4 * 2 * 4);
+      EXPECT_EQ(rows.stagingBytes, 4 * 4 * 2 * 4);
+    }
+  }
+  // Unequal pieces (7 columns over 4 devices) stay send/recv.
+  Checked uneven = planAndRun(layout(mesh, {{"a"}, {}}, {8, 7}, {"b"}),
+                              layout(mesh, {{"a"}, {"b"}}, {8, 7}));
+  EXPECT_EQ(uneven.plan.count(StepKind::ReduceScatter), 2);
+  EXPECT_EQ(countSegments(uneven.schedule, SegmentMethod::ReduceScatter), 0);
+  EXPECT_GT(uneven.stats.accumulateRows, 0);
+}
+
+TEST(DeviceSchedule, AllGatherOfUnequalTilesFallsBack) {
+  Mesh mesh = makeMesh({{"a", 4}});
+  // Rows 3, 3, 3 and 1: members contribute different byte counts.
+  Checked uneven = planAndRun(layout(mesh, {{"a"}, {}}, {10, 4}),
+                              layout(mesh, {{}, {}}, {10, 4}));
+  EXPECT_GT(uneven.plan.count(StepKind::AllGather), 0);
+  EXPECT_EQ(countSegments(uneven.schedule, SegmentMethod::AllGather), 0);
+  EXPECT_GT(countSegments(uneven.schedule, SegmentMethod::SendRecv), 0);
+  // Even tiles: one all-gather, each member's rows packed at rank * chunk.
+  Checked even = planAndRun(layout(mesh, {{"a"}, {}}, {8, 3}),
+                            layout(mesh, {{}, {}}, {8, 3}), 2);
+  ASSERT_EQ(countSegments(even.schedule, SegmentMethod::AllGather), 1);
+  const Segment &segment =
+      *findSegment(even.schedule, SegmentMethod::AllGather);
+  EXPECT_EQ(segment.members, range(0, 4));
+  for (size_t rank = 0; rank < 4; ++rank) {
+    const DeviceSegment &rows = segment.perDevice[rank];
+    ASSERT_EQ(rows.before.size(), 1u);
+    EXPECT_EQ(rows.before[0].dstOffset, static_cast<int64_t>(rank) * 2 * 3 * 2);
+    EXPECT_EQ(rows.after.size(), 3u);
+    EXPECT_EQ(rows.comm.at(0).bytes, 2 * 3 * 2);
+  }
+  // Without collectives every step is send/recv.
+  ScheduleOptions none;
+  none.collectives = false;
+  Checked plain = planAndRun(layout(mesh, {{"a"}, {}}, {8, 3}),
+                             layout(mesh, {{}, {}}, {8, 3}), 2, {}, {}, none);
+  EXPECT_EQ(countSegments(plain.schedule, SegmentMethod::AllGather), 0);
+  EXPECT_GT(plain.stats.sendBytes, 0);
+}
+
+/// Splits the first transfer of `step` (of `phase`) in two along its last
+/// dimension: the same bytes move, but no longer in the collective's shape.
+void splitFirstTransfer(TransferPlan &plan, StepKind kind, int phase) {
+  for (Step &step : plan.steps) {
+    if (step.kind != kind)
+      continue;
+    for (size_t t = 0; t < step.transfers.size(); ++t) {
+      Transfer &transfer = step.transfers[t];
+      size_t last = transfer.box.lo.size() - 1;
+      if (transfer.phase != phase ||
+          transfer.box.hi[last] - transfer.box.lo[last] < 2)
+        continue;
+      Transfer second = transfer;
+      int64_t middle = (transfer.box.lo[last] + transfer.box.hi[last]) / 2;
+      transfer.box.hi[last] = middle;
+      second.box.lo[last] = middle;
+      transfer.bytes = transfer.box.numElements() * plan.elementBytes;
+      second.bytes = second.box.numElements() * plan.elementBytes;
+      step.transfers.insert(step.transfers.begin() + t + 1, second);
+      recomputePlanStats(plan);
+      return;
+    }
+  }
+}
+
+TEST(DeviceSchedule, ReductionsNotInTheCollectivesShapeFallBack) {
+  Mesh mesh = makeMesh({{"a", 4}});
+  TensorLayout partial = layout(mesh, {{}, {}}, {4, 8}, {"a"});
+  for (auto [destination, kind] :
+       {std::pair{layout(mesh, {{}, {}}, {4, 8}), StepKind::AllReduce},
+        std::pair{layout(mesh, {{}, {"a"}}, {4, 8}),
+                  StepKind::ReduceScatter}}) {
+    absl::StatusOr<TransferPlan> plan = planReshard(partial, destination, 8);
+    ASSERT_TRUE(plan.ok());
+    ASSERT_EQ(plan->count(kind), 1);
+    // A member reduces one piece in two halves: the sums are the same, but
+    // not one collective's.
+    splitFirstTransfer(*plan, kind, 0);
+    Checked checked;
+    ASSERT_TRUE(
+        checkSchedule(*plan, partial, destination, range(0, 4), &checked))
+        << formatPlan(*plan);
+    EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::AllReduce), 0);
+    EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::ReduceScatter), 0);
+    EXPECT_GT(checked.stats.accumulateRows, 0);
+  }
+  // The same for an all-gather: one member sends its tile in two boxes to
+  // the others; it still contributes the same bytes, so this is still one
+  // all-gather, packed in two rows.
+  TensorLayout rows = layout(mesh, {{"a"}, {}}, {8, 4});
+  TensorLayout whole = layout(mesh, {{}, {}}, {8, 4});
+  absl::StatusOr<TransferPlan> gather = planReshard(rows, whole, 8);
+  ASSERT_TRUE(gather.ok());
+  splitFirstTransfer(*gather, StepKind::AllGather, 0);
+  Checked checked;
+  ASSERT_TRUE(checkSchedule(*gather, rows, whole, range(0, 4), &checked))
+      << formatPlan(*gather);
+  ASSERT_EQ(countSegments(checked.schedule, SegmentMethod::AllGather), 1);
+  EXPECT_EQ(findSegment(checked.schedule, SegmentMethod::AllGather)
+                ->perDevice[0]
+                .before.size(),
+            2u);
 }
 
 TEST(DeviceSchedule, Rank0Rank1AndRank4) {
@@ -1157,11 +1507,17 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
     absl::StatusOr<TransferPlan> plan =
         planReshard(c.source, c.destination, c.elementBytes, c.options);
     ASSERT_TRUE(plan.ok()) << what << "\n" << plan.status();
+    // Most cases use every collective; some run as a backend without
+    // collective sums would, or without collectives at all.
+    ScheduleOptions scheduleOptions;
+    scheduleOptions.reductions = i % 4 != 1;
+    scheduleOptions.collectives = i % 8 != 3;
     Checked checked;
     ASSERT_TRUE(checkSchedule(*plan, c.source, c.destination,
                               programDevices(c.source, c.destination, extra),
-                              &checked))
-        << what << "\n"
+                              &checked, scheduleOptions))
+        << what << " reductions=" << scheduleOptions.reductions
+        << " collectives=" << scheduleOptions.collectives << "\n"
         << formatPlan(*plan);
     limited += c.options.memoryLimitBytes > 0;
     reductions += plan->reducesInPlace;
@@ -1171,6 +1527,9 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
     totals.stridedRows += checked.stats.stridedRows;
     totals.zeroRows += checked.stats.zeroRows;
     totals.accumulateRows += checked.stats.accumulateRows;
+    totals.allGatherSegments += checked.stats.allGatherSegments;
+    totals.allReduceSegments += checked.stats.allReduceSegments;
+    totals.reduceScatterSegments += checked.stats.reduceScatterSegments;
   }
   // The cases cover what they are meant to.
   if (kCases < 1000)
@@ -1184,6 +1543,9 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   EXPECT_GT(totals.stridedRows, 100);
   EXPECT_GT(totals.zeroRows, 20);
   EXPECT_GT(totals.accumulateRows, 100);
+  EXPECT_GT(totals.allGatherSegments, 50);
+  EXPECT_GT(totals.allReduceSegments, 20);
+  EXPECT_GT(totals.reduceScatterSegments, 2);
   RecordProperty("with_extra_devices", withExtras);
   RecordProperty("memory_limited", limited);
   RecordProperty("reductions", reductions);
@@ -1193,6 +1555,9 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   RecordProperty("strided_rows", totals.stridedRows);
   RecordProperty("zero_rows", totals.zeroRows);
   RecordProperty("accumulate_rows", totals.accumulateRows);
+  RecordProperty("all_gather_segments", totals.allGatherSegments);
+  RecordProperty("all_reduce_segments", totals.allReduceSegments);
+  RecordProperty("reduce_scatter_segments", totals.reduceScatterSegments);
 }
 
 } // namespace

@@ -58,13 +58,29 @@ struct CopyRow {
   std::vector<int64_t> counts, srcStrides, dstStrides;
 };
 
-enum class CommKind : int64_t { Send = 0, Recv = 1, Broadcast = 2 };
+enum class CommKind : int64_t {
+  Send = 0,
+  Recv = 1,
+  Broadcast = 2,
+  AllGather = 3,
+  AllReduce = 4,
+  ReduceScatter = 5,
+};
 
-/// One runtime call. `peer` is the other device of a send or recv, or the
-/// root of a broadcast; the bytes are at `stagingOffset` in `space`. Calls
-/// go through staging, except that a send/recv of a box that is contiguous
-/// in its tile reads or writes the tile directly (no pack or unpack), when
-/// nothing else in the phase writes what is sent or reads what is received.
+/// One runtime call. `peer` is the other device of a send or recv, the root
+/// of a broadcast, or the calling device itself for the other collectives;
+/// the bytes are at `stagingOffset` in `space`. Calls go through staging,
+/// except that a send/recv of a box that is contiguous in its tile reads or
+/// writes the tile directly (no pack or unpack), when nothing else in the
+/// phase writes what is sent or reads what is received.
+///
+/// The collectives are in place in staging, over Segment::members, with
+/// rank r = the caller's index in members (NCCL's in-place forms):
+///  - AllGather: `bytes` per member; the caller's chunk is at
+///    stagingOffset + r * bytes, the gathered chunks at stagingOffset.
+///  - AllReduce: sum of `bytes` at stagingOffset, on every member.
+///  - ReduceScatter: members * `bytes` at stagingOffset, chunk j meant for
+///    rank j; rank r's sum lands at stagingOffset + r * bytes.
 struct CommRow {
   CommKind kind = CommKind::Send;
   int64_t peer = 0;
@@ -81,6 +97,15 @@ enum class SegmentMethod : int64_t {
   SendRecv = 1,
   /// One broadcast from a root over `members`, in place in staging.
   Broadcast = 2,
+  /// An all-gather step phase whose members each contribute the same bytes
+  /// to all the others: one in-place all-gather over `members`.
+  AllGather = 3,
+  /// Both phases of an all-reduce step whose members all hold the same
+  /// pieces: pack them, one in-place sum over `members`, unpack.
+  AllReduce = 4,
+  /// A reduce-scatter step whose members each receive one equal-sized sum:
+  /// one in-place reduce-scatter over `members`.
+  ReduceScatter = 5,
 };
 
 struct DeviceSegment {
@@ -92,10 +117,12 @@ struct DeviceSegment {
 
 struct Segment {
   SegmentMethod method = SegmentMethod::Local;
-  /// The step and phase of the plan this segment runs.
+  /// The step and phase of the plan this segment runs; an AllReduce
+  /// segment runs every phase of its step (phase is 0).
   size_t step = 0;
   int phase = 0;
-  /// Sorted communicator members of a broadcast.
+  /// Sorted communicator members of a collective (every method but Local
+  /// and SendRecv).
   std::vector<int64_t> members;
   /// Indexed by the device's position in DeviceSchedule::devices.
   std::vector<DeviceSegment> perDevice;
@@ -117,13 +144,24 @@ struct DeviceSchedule {
   bool accumulatesIntoDestination = false;
 };
 
+/// Which methods the code that runs a schedule can use.
+struct ScheduleOptions {
+  /// Emit AllGather, AllReduce and ReduceScatter segments where the plan's
+  /// steps have their shape (else they run as send/recv).
+  bool collectives = true;
+  /// The backend sums the element type in a collective (AllReduce,
+  /// ReduceScatter); without it sums stay send/recv plus accumulate rows.
+  bool reductions = true;
+};
+
 /// Schedules `plan` (from `source` to `destination`) for the devices
 /// `devices` (sorted, a superset of both meshes' devices). Fails on a plan
 /// whose boxes do not lie in the tiles they name.
 absl::StatusOr<DeviceSchedule>
 scheduleForDevices(const TransferPlan &plan, const TensorLayout &source,
                    const TensorLayout &destination,
-                   const std::vector<int64_t> &devices);
+                   const std::vector<int64_t> &devices,
+                   const ScheduleOptions &options = {});
 
 } // namespace polymesh::planner
 
