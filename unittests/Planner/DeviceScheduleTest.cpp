@@ -1220,6 +1220,17 @@ TEST(DeviceSchedule, ReduceScatterOfEqualPieces) {
       EXPECT_EQ(rows.stagingBytes, 4 * 4 * 2 * 4);
     }
   }
+  // Column pieces (strided boxes), two reduced axes, every element size.
+  Mesh cube = makeMesh({{"a", 2}, {"b", 2}, {"c", 2}});
+  for (int64_t eb : {1, 2, 4, 8}) {
+    Checked columns = planAndRun(layout(mesh, {{}, {}}, {6, 8}, {"b"}),
+                                 layout(mesh, {{}, {"b"}}, {6, 8}), eb);
+    EXPECT_EQ(countSegments(columns.schedule, SegmentMethod::ReduceScatter), 2);
+    EXPECT_GT(columns.stats.stridedRows, 0);
+    Checked two = planAndRun(layout(cube, {{"a"}, {}}, {4, 8}, {"b", "c"}),
+                             layout(cube, {{"a"}, {"b", "c"}}, {4, 8}), eb);
+    EXPECT_EQ(countSegments(two.schedule, SegmentMethod::ReduceScatter), 2);
+  }
   // Unequal pieces (7 columns over 4 devices) stay send/recv.
   Checked uneven = planAndRun(layout(mesh, {{"a"}, {}}, {8, 7}, {"b"}),
                               layout(mesh, {{"a"}, {"b"}}, {8, 7}));
