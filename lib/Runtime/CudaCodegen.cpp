@@ -13,6 +13,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "CApiInternal.h"
+#include "CudaDriverApi.h"
+#include "NcclApi.h"
 
 #include "polymesh/Runtime/NcclBackend.h"
 #include "polymesh/Runtime/PolymeshCudaRuntime.h"
@@ -23,7 +25,10 @@
 
 #include <atomic>
 #include <cstdio>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 
 using polymesh::runtime::NcclBackend;
 using polymesh::runtime::NcclOptions;
@@ -64,28 +69,17 @@ void *failed(PolymeshRuntime *rt, const absl::Status &error) {
 // The CUDA driver, loaded on first use
 //===----------------------------------------------------------------------===//
 
-using CUresult = int;
-using CUmodule = void *;
-using CUfunction = void *;
-using CUstream = void *;
 constexpr int kJitOptimizationLevel = 7; // CU_JIT_OPTIMIZATION_LEVEL
 
-struct Driver {
-  CUresult (*init)(unsigned);
-  CUresult (*moduleLoadDataEx)(CUmodule *, const void *, unsigned, int *,
-                               void **);
-  CUresult (*moduleUnload)(CUmodule);
-  CUresult (*moduleGetFunction)(CUfunction *, CUmodule, const char *);
-  CUresult (*launchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned,
-                           unsigned, unsigned, unsigned, CUstream, void **,
-                           void **);
-  CUresult (*getErrorString)(CUresult, const char **);
+struct LoadedDriver {
+  polymesh::runtime::CudaDriverApi api{};
   std::string error;
 };
 
-const Driver &driver() {
-  static Driver loaded = [] {
-    Driver d{};
+const LoadedDriver &loadedDriver() {
+  static LoadedDriver loaded = [] {
+    LoadedDriver d;
+    d.api.name = "cuda";
     void *library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!library) {
       d.error = absl::StrCat("no CUDA driver: ", dlerror());
@@ -97,56 +91,189 @@ const Driver &driver() {
       if (!slot && d.error.empty())
         d.error = absl::StrCat("the CUDA driver lacks ", name);
     };
-    load(d.init, "cuInit");
-    load(d.moduleLoadDataEx, "cuModuleLoadDataEx");
-    load(d.moduleUnload, "cuModuleUnload");
-    load(d.moduleGetFunction, "cuModuleGetFunction");
-    load(d.launchKernel, "cuLaunchKernel");
-    load(d.getErrorString, "cuGetErrorString");
+    load(d.api.init, "cuInit");
+    load(d.api.streamGetCtx, "cuStreamGetCtx");
+    load(d.api.ctxGetCurrent, "cuCtxGetCurrent");
+    load(d.api.ctxPushCurrent, "cuCtxPushCurrent_v2");
+    load(d.api.ctxPopCurrent, "cuCtxPopCurrent_v2");
+    load(d.api.moduleLoadDataEx, "cuModuleLoadDataEx");
+    load(d.api.moduleUnload, "cuModuleUnload");
+    load(d.api.moduleGetFunction, "cuModuleGetFunction");
+    load(d.api.launchKernel, "cuLaunchKernel");
+    load(d.api.getErrorString, "cuGetErrorString");
     if (d.error.empty())
-      if (CUresult r = d.init(0); r != 0)
+      if (int r = d.api.init(0); r != 0)
         d.error = absl::StrCat("cuInit failed with CUDA error ", r);
     return d;
   }();
   return loaded;
 }
 
+std::atomic<const polymesh::runtime::CudaDriverApi *> driverOverride{nullptr};
+
 /// Set by a failed driver call; polymesh_rt_device_synchronize reports it.
 std::atomic<bool> launchFailed{false};
 std::mutex launchErrorMu;
 std::string launchError;
 
-void reportDriverError(const char *call, CUresult result) {
-  const Driver &d = driver();
-  const char *text = nullptr;
-  if (d.getErrorString)
-    d.getErrorString(result, &text);
+void recordLaunchError(std::string message) {
   std::lock_guard<std::mutex> lock(launchErrorMu);
-  launchError = absl::StrCat(call, " failed: CUDA error ", result, " (",
-                             text ? text : "unknown", ")");
-  std::fprintf(stderr, "polymesh: %s\n", launchError.c_str());
+  std::fprintf(stderr, "polymesh: %s\n", message.c_str());
+  if (!launchFailed)
+    launchError = std::move(message);
   launchFailed = true;
 }
 
-bool driverReady(const char *call) {
-  const Driver &d = driver();
-  if (d.error.empty())
+/// The driver to use now, or null after recording why there is none.
+const polymesh::runtime::CudaDriverApi *driverFor(const char *call) {
+  if (const polymesh::runtime::CudaDriverApi *api = driverOverride.load())
+    return api;
+  std::string error;
+  if (const polymesh::runtime::CudaDriverApi *api =
+          polymesh::runtime::realCudaDriverApi(error))
+    return api;
+  recordLaunchError(absl::StrCat(call, ": ", error));
+  return nullptr;
+}
+
+bool check(const polymesh::runtime::CudaDriverApi &api, const char *call,
+           int result) {
+  if (result == 0)
     return true;
-  std::lock_guard<std::mutex> lock(launchErrorMu);
-  launchError = absl::StrCat(call, ": ", d.error);
-  std::fprintf(stderr, "polymesh: %s\n", launchError.c_str());
-  launchFailed = true;
+  const char *text = nullptr;
+  if (api.getErrorString)
+    api.getErrorString(result, &text);
+  recordLaunchError(absl::StrCat(call, " failed: CUDA error ", result, " (",
+                                 text ? text : "unknown", ")"));
   return false;
+}
+
+/// What mgpuModuleLoadJIT returns. A CUDA module belongs to one context, and
+/// one process drives every local GPU (one primary context each), so the
+/// PTX is loaded lazily, once per context that launches one of its kernels:
+/// the context of the launch's stream. The generated code keeps the PTX in
+/// a constant global that outlives this handle.
+struct LazyModule;
+
+struct LazyFunction {
+  LazyModule *module = nullptr;
+  std::string name;
+  /// Per context: the function, loaded on first launch there.
+  std::mutex mu;
+  std::map<void *, void *> loaded;
+};
+
+struct LazyModule {
+  /// The driver of the first load: every context's module is its.
+  const polymesh::runtime::CudaDriverApi *api = nullptr;
+  const void *image = nullptr;
+  int optLevel = 0;
+  std::mutex mu;
+  std::map<void *, void *> loaded;
+  std::map<std::string, std::unique_ptr<LazyFunction>> functions;
+
+  /// The module in `context` (current on this thread, made so by `driver`),
+  /// loading it first.
+  void *in(const polymesh::runtime::CudaDriverApi &driver, void *context) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = loaded.find(context);
+    if (it != loaded.end())
+      return it->second;
+    if (api && api != &driver) {
+      recordLaunchError("mgpuLaunchKernel: the CUDA driver changed after the "
+                        "module's first launch");
+      return nullptr;
+    }
+    api = &driver;
+    int options[] = {kJitOptimizationLevel};
+    void *values[] = {
+        reinterpret_cast<void *>(static_cast<intptr_t>(optLevel))};
+    void *module = nullptr;
+    if (!check(*api, "cuModuleLoadDataEx (JIT-compiling the PTX)",
+               api->moduleLoadDataEx(&module, image, 1, options, values)))
+      return nullptr;
+    loaded[context] = module;
+    return module;
+  }
+};
+
+/// `function` in `context` (current on this thread), loading it first.
+void *functionIn(const polymesh::runtime::CudaDriverApi &api,
+                 LazyFunction &function, void *context) {
+  std::lock_guard<std::mutex> lock(function.mu);
+  auto it = function.loaded.find(context);
+  if (it != function.loaded.end())
+    return it->second;
+  void *module = function.module->in(api, context);
+  if (!module)
+    return nullptr;
+  void *loaded = nullptr;
+  if (!check(api, "cuModuleGetFunction",
+             api.moduleGetFunction(&loaded, module, function.name.c_str())))
+    return nullptr;
+  function.loaded[context] = loaded;
+  return loaded;
 }
 
 } // namespace
 
-extern "C" {
+const polymesh::runtime::CudaDriverApi *
+polymesh::runtime::realCudaDriverApi(std::string &error) {
+  const LoadedDriver &d = loadedDriver();
+  if (!d.error.empty()) {
+    error = d.error;
+    return nullptr;
+  }
+  return &d.api;
+}
 
-PolymeshRuntime *polymesh_rt_create_nccl(const int64_t *device_ids,
-                                         int64_t num_devices,
-                                         int64_t timeout_ms) {
+void polymesh::runtime::setCudaDriverApi(const CudaDriverApi *api) {
+  driverOverride = api;
+}
+
+std::vector<polymesh::runtime::CodegenSymbol>
+polymesh::runtime::cudaCodegenSymbols(const NcclApi &nccl) {
+  std::vector<CodegenSymbol> symbols;
+  auto add = [&](const char *name, auto *function) {
+    symbols.push_back({name, reinterpret_cast<void *>(function)});
+  };
+#define POLYMESH_SYMBOL(name) add(#name, &name)
+  POLYMESH_SYMBOL(polymesh_rt_cuda_stream);
+  POLYMESH_SYMBOL(polymesh_rt_nccl_comm);
+  POLYMESH_SYMBOL(polymesh_rt_nccl_check);
+  POLYMESH_SYMBOL(polymesh_rt_device_alloc);
+  POLYMESH_SYMBOL(polymesh_rt_device_free);
+  POLYMESH_SYMBOL(polymesh_rt_device_copy);
+  POLYMESH_SYMBOL(polymesh_rt_device_upload);
+  POLYMESH_SYMBOL(polymesh_rt_device_download);
+  POLYMESH_SYMBOL(polymesh_rt_device_synchronize);
+  POLYMESH_SYMBOL(mgpuModuleLoadJIT);
+  POLYMESH_SYMBOL(mgpuModuleUnload);
+  POLYMESH_SYMBOL(mgpuModuleGetFunction);
+  POLYMESH_SYMBOL(mgpuLaunchKernel);
+#undef POLYMESH_SYMBOL
+  add("ncclGroupStart", nccl.groupStart);
+  add("ncclGroupEnd", nccl.groupEnd);
+  add("ncclSend", nccl.send);
+  add("ncclRecv", nccl.recv);
+  add("ncclBroadcast", nccl.broadcast);
+  add("ncclAllGather", nccl.allGather);
+  add("ncclAllReduce", nccl.allReduce);
+  add("ncclReduceScatter", nccl.reduceScatter);
+  return symbols;
+}
+
+PolymeshRuntime *polymesh::runtime::createCodegenRuntime(
+    const NcclApi &api, const int64_t *device_ids, int64_t num_devices,
+    int64_t timeout_ms) {
   auto rt = std::make_unique<PolymeshRuntime>();
+  {
+    // A launch error belongs to the run that made it; a new runtime starts a
+    // new run.
+    std::lock_guard<std::mutex> lock(launchErrorMu);
+    launchFailed = false;
+    launchError.clear();
+  }
   if (num_devices <= 0 || !device_ids) {
     rt->createError = absl::InvalidArgumentError(
         absl::StrCat("polymesh_rt_create_nccl: empty or null device list (",
@@ -154,6 +281,7 @@ PolymeshRuntime *polymesh_rt_create_nccl(const int64_t *device_ids,
     return rt.release();
   }
   NcclOptions options;
+  options.api = &api;
   if (timeout_ms > 0)
     options.timeout = absl::Milliseconds(timeout_ms);
   // Generated code enqueues kernels and NCCL calls on the device's stream
@@ -167,6 +295,54 @@ PolymeshRuntime *polymesh_rt_create_nccl(const int64_t *device_ids,
   else
     rt->createError = backend.status();
   return rt.release();
+}
+
+std::vector<polymesh::runtime::CodegenSymbol>
+polymesh::runtime::cudaCodegenSymbols() {
+  return cudaCodegenSymbols(realNcclApi());
+}
+
+extern "C" {
+
+PolymeshRuntime *polymesh_rt_create_nccl(const int64_t *device_ids,
+                                         int64_t num_devices,
+                                         int64_t timeout_ms) {
+  return polymesh::runtime::createCodegenRuntime(
+      polymesh::runtime::realNcclApi(), device_ids, num_devices, timeout_ms);
+}
+
+int32_t polymesh_rt_device_upload(PolymeshRuntime *rt, int64_t device,
+                                  void *dst, const void *src, int64_t bytes) {
+  NcclBackend *backend = ncclOf(rt, "polymesh_rt_device_upload");
+  if (!backend)
+    return POLYMESH_RT_INVALID_ARGUMENT;
+  absl::Status copied = backend->copyToDevice(device, dst, src, bytes);
+  if (!copied.ok())
+    failed(rt, copied);
+  return codeOf(copied);
+}
+
+int32_t polymesh_rt_device_download(PolymeshRuntime *rt, int64_t device,
+                                    void *dst, const void *src, int64_t bytes) {
+  NcclBackend *backend = ncclOf(rt, "polymesh_rt_device_download");
+  if (!backend)
+    return POLYMESH_RT_INVALID_ARGUMENT;
+  absl::Status copied = backend->copyToHost(device, dst, src, bytes);
+  if (!copied.ok())
+    failed(rt, copied);
+  return codeOf(copied);
+}
+
+int32_t polymesh_rt_nccl_check(PolymeshRuntime *rt, int64_t device, void *comm,
+                               int32_t result, const char *call) {
+  NcclBackend *backend = ncclOf(rt, "polymesh_rt_nccl_check");
+  if (!backend)
+    return POLYMESH_RT_INVALID_ARGUMENT;
+  absl::Status done =
+      backend->finishGeneratedCall(device, comm, result, call ? call : "NCCL");
+  if (!done.ok())
+    failed(rt, done);
+  return codeOf(done);
 }
 
 void *polymesh_rt_cuda_stream(PolymeshRuntime *rt, int64_t device) {
@@ -205,7 +381,8 @@ void polymesh_rt_device_free(PolymeshRuntime *rt, int64_t device, void *ptr) {
   NcclBackend *backend = ncclOf(rt, "polymesh_rt_device_free");
   if (!backend || !ptr)
     return;
-  if (absl::Status freed = backend->deallocate(device, ptr); !freed.ok())
+  if (absl::Status freed = backend->deallocateAfterStream(device, ptr);
+      !freed.ok())
     failed(rt, freed);
 }
 
@@ -237,43 +414,76 @@ int32_t polymesh_rt_device_synchronize(PolymeshRuntime *rt, int64_t device) {
 }
 
 void *mgpuModuleLoadJIT(void *ptx, int32_t optLevel) {
-  if (!driverReady("mgpuModuleLoadJIT"))
+  // Nothing touches the driver yet: a JIT's constructors call this where
+  // there may be no GPU, and the first launch says so instead.
+  if (!ptx)
     return nullptr;
-  int options[] = {kJitOptimizationLevel};
-  void *values[] = {reinterpret_cast<void *>(static_cast<intptr_t>(optLevel))};
-  CUmodule module = nullptr;
-  if (CUresult r = driver().moduleLoadDataEx(&module, ptx, 1, options, values))
-    reportDriverError("cuModuleLoadDataEx (JIT-compiling the PTX)", r);
-  return module;
+  auto module = std::make_unique<LazyModule>();
+  module->image = ptx;
+  module->optLevel = optLevel;
+  return module.release();
 }
 
-void mgpuModuleUnload(void *module) {
-  if (module && driverReady("mgpuModuleUnload"))
-    if (CUresult r = driver().moduleUnload(module))
-      reportDriverError("cuModuleUnload", r);
+void mgpuModuleUnload(void *handle) {
+  std::unique_ptr<LazyModule> module(static_cast<LazyModule *>(handle));
+  if (!module || !module->api)
+    return;
+  const polymesh::runtime::CudaDriverApi &api = *module->api;
+  for (auto &[context, loaded] : module->loaded) {
+    if (!check(api, "cuCtxPushCurrent", api.ctxPushCurrent(context)))
+      continue;
+    check(api, "cuModuleUnload", api.moduleUnload(loaded));
+    void *popped = nullptr;
+    check(api, "cuCtxPopCurrent", api.ctxPopCurrent(&popped));
+  }
 }
 
-void *mgpuModuleGetFunction(void *module, const char *name) {
-  if (!module || !driverReady("mgpuModuleGetFunction"))
+void *mgpuModuleGetFunction(void *handle, const char *name) {
+  auto *module = static_cast<LazyModule *>(handle);
+  if (!module || !name)
     return nullptr;
-  CUfunction function = nullptr;
-  if (CUresult r = driver().moduleGetFunction(&function, module, name))
-    reportDriverError("cuModuleGetFunction", r);
-  return function;
+  std::lock_guard<std::mutex> lock(module->mu);
+  std::unique_ptr<LazyFunction> &function = module->functions[name];
+  if (!function) {
+    function = std::make_unique<LazyFunction>();
+    function->module = module;
+    function->name = name;
+  }
+  return function.get();
 }
 
-void mgpuLaunchKernel(void *function, int64_t gridX, int64_t gridY,
-                      int64_t gridZ, int64_t blockX, int64_t blockY,
-                      int64_t blockZ, int32_t sharedMemoryBytes, void *stream,
-                      void **params, void **extra, int64_t /*paramsCount*/) {
-  if (!function || !driverReady("mgpuLaunchKernel")) {
-    launchFailed = true;
+void mgpuLaunchKernel(void *handle, int64_t gridX, int64_t gridY, int64_t gridZ,
+                      int64_t blockX, int64_t blockY, int64_t blockZ,
+                      int32_t sharedMemoryBytes, void *stream, void **params,
+                      void **extra, int64_t /*paramsCount*/) {
+  auto *function = static_cast<LazyFunction *>(handle);
+  if (!function) {
+    recordLaunchError("mgpuLaunchKernel: no kernel (its module did not load)");
     return;
   }
-  if (CUresult r = driver().launchKernel(function, gridX, gridY, gridZ, blockX,
-                                         blockY, blockZ, sharedMemoryBytes,
-                                         stream, params, extra))
-    reportDriverError("cuLaunchKernel", r);
+  const polymesh::runtime::CudaDriverApi *driver =
+      driverFor("mgpuLaunchKernel");
+  if (!driver)
+    return;
+  const polymesh::runtime::CudaDriverApi &api = *driver;
+  // The kernel runs in its stream's context: the GPU of the calling device.
+  void *context = nullptr;
+  int found =
+      stream ? api.streamGetCtx(stream, &context) : api.ctxGetCurrent(&context);
+  if (!check(api, stream ? "cuStreamGetCtx" : "cuCtxGetCurrent", found))
+    return;
+  if (!check(api, "cuCtxPushCurrent", api.ctxPushCurrent(context)))
+    return;
+  if (void *loaded = functionIn(api, *function, context))
+    check(api, "cuLaunchKernel",
+          api.launchKernel(
+              loaded, static_cast<unsigned>(gridX),
+              static_cast<unsigned>(gridY), static_cast<unsigned>(gridZ),
+              static_cast<unsigned>(blockX), static_cast<unsigned>(blockY),
+              static_cast<unsigned>(blockZ),
+              static_cast<unsigned>(sharedMemoryBytes), stream, params, extra));
+  void *popped = nullptr;
+  check(api, "cuCtxPopCurrent", api.ctxPopCurrent(&popped));
 }
 
 } // extern "C"

@@ -239,6 +239,10 @@ struct Device {
   std::vector<Communicator *> owned;
   /// Its communicators were aborted after an error.
   bool dead = false;
+  /// Device memory to free once the stream has finished the work that was
+  /// enqueued before the free was asked for (deallocateAfterStream).
+  std::mutex pendingMu;
+  std::vector<void *> pendingFrees;
 };
 
 int64_t alignUp(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -1172,6 +1176,10 @@ public:
     }
     for (auto &d : devices) {
       api.setDevice(d->cuda);
+      // The streams are idle or aborted by now.
+      for (void *pointer : d->pendingFrees)
+        api.free(pointer);
+      d->pendingFrees.clear();
       if (d->scratch)
         api.free(d->scratch);
       if (d->inputEvent)
@@ -1588,6 +1596,29 @@ NcclBackend::communicatorHandle(int64_t device,
   return static_cast<void *>((*comm)->handles[d.index]);
 }
 
+absl::Status NcclBackend::finishGeneratedCall(int64_t device, void *comm,
+                                              int result,
+                                              absl::string_view call) {
+  if (result == ncclSuccess)
+    return absl::OkStatus();
+  absl::StatusOr<Device *> entered = state->enter(device);
+  if (!entered.ok())
+    return entered.status();
+  Device &d = **entered;
+  NcclState::CallGuard guard(d);
+  auto handle = static_cast<ncclComm_t>(comm);
+  if (result != ncclInProgress)
+    return state->failDevice(
+        d, state->ncclError(static_cast<ncclResult_t>(result), call, d, handle,
+                            "generated code"));
+  if (absl::Status ok = state->setDevice(d); !ok.ok())
+    return state->failDevice(d, ok);
+  absl::Status done = state->waitCommunicators(
+      d, {handle}, Deadline::after(state->options.timeout), call,
+      "generated code");
+  return done.ok() ? done : state->failDevice(d, done);
+}
+
 absl::StatusOr<CUstream_st *> NcclBackend::stream(int64_t device) {
   absl::StatusOr<Device *> d = state->find(device);
   if (!d.ok())
@@ -1644,6 +1675,25 @@ absl::Status NcclBackend::synchronize(int64_t device) {
     return state->failDevice(d, ok);
   if (absl::Status ok = state->waitIdle(d, "synchronize"); !ok.ok())
     return state->failDevice(d, ok);
+  std::vector<void *> frees;
+  {
+    std::lock_guard<std::mutex> lock(d.pendingMu);
+    frees.swap(d.pendingFrees);
+  }
+  for (void *pointer : frees)
+    if (cudaError_t e = state->api.free(pointer); e != cudaSuccess)
+      return state->failDevice(d, state->cudaError(e, "cudaFree", d));
+  return absl::OkStatus();
+}
+
+absl::Status NcclBackend::deallocateAfterStream(int64_t device, void *pointer) {
+  absl::StatusOr<Device *> d = state->find(device);
+  if (!d.ok())
+    return d.status();
+  if (!pointer)
+    return absl::OkStatus();
+  std::lock_guard<std::mutex> lock((*d)->pendingMu);
+  (*d)->pendingFrees.push_back(pointer);
   return absl::OkStatus();
 }
 

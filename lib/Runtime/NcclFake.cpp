@@ -1091,6 +1091,12 @@ void FakeNccl::failNextCuda(const std::string &call, cudaError_t error,
   e.injections.push_back(injection);
 }
 
+int FakeNccl::streamDevice(cudaStream_t stream) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mu);
+  return liveStream(e, stream) ? stream->device : -1;
+}
+
 void FakeNccl::failCommunicatorsAsync(int device, ncclResult_t result,
                                       const std::string &lastError) {
   Engine &e = engine();

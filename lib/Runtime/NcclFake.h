@@ -82,6 +82,9 @@ public:
     int64_t largestGroup = 0;
   };
   static Counts counts();
+
+  /// The simulated CUDA device of a live stream, or -1.
+  static int streamDevice(cudaStream_t stream);
 };
 
 } // namespace polymesh::runtime

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CudaDriverFake.h"
 #include "NcclFake.h"
 
 #include "polymesh/Runtime/NcclBackend.h"
@@ -127,17 +128,24 @@ TEST(CudaCodegenRuntime, RealNcclRuntimeWithoutGpuSaysSo) {
 }
 
 // The launch wrappers keep a process-wide error, so each case runs in a
-// child process.
-TEST(CudaCodegenRuntimeDeathTest, ModuleLoadOfBadPtxFailsCleanly) {
+// child process. Loading records the PTX only (a JIT's constructors load
+// where there may be no GPU); the first launch loads it and says why not.
+TEST(CudaCodegenRuntimeDeathTest, LaunchWithoutDriverFailsCleanly) {
+  std::string why;
+  if (realCudaDriverApi(why))
+    GTEST_SKIP() << "this machine has a CUDA driver";
   EXPECT_EXIT(
       {
+        setCudaDriverApi(nullptr);
         void *module = mgpuModuleLoadJIT(const_cast<char *>("not ptx"), 2);
         void *function = mgpuModuleGetFunction(module, "copy_outer0_u1");
         mgpuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr,
                          nullptr, 0);
-        std::exit(module == nullptr && function == nullptr ? 0 : 1);
+        mgpuModuleUnload(module);
+        std::exit(module && function ? 0 : 1);
       },
-      ::testing::ExitedWithCode(0), "polymesh: ");
+      ::testing::ExitedWithCode(0),
+      "polymesh: mgpuLaunchKernel: no CUDA driver: ");
 }
 
 TEST(CudaCodegenRuntimeDeathTest, FailedLaunchFailsTheNextSynchronize) {
@@ -153,6 +161,176 @@ TEST(CudaCodegenRuntimeDeathTest, FailedLaunchFailsTheNextSynchronize) {
                       : 1);
       },
       ::testing::ExitedWithCode(0), "");
+}
+
+//===----------------------------------------------------------------------===//
+// The mgpu* wrappers and the rest of the codegen ABI on the simulated driver
+//===----------------------------------------------------------------------===//
+
+/// PTX that defines the kernels the tests launch (the simulated driver
+/// checks names against `.entry`, and runs them by name).
+const char kPtx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                    ".visible .entry copy_outer1_u1(\n)\n{\n}\n"
+                    ".visible .entry accumulate_outer0_f32(\n)\n{\n}\n";
+
+class SimulatedDriver : public ::testing::Test {
+protected:
+  void SetUp() override { FakeCudaDriver::reset(); }
+  void TearDown() override { setCudaDriverApi(nullptr); }
+
+  PolymeshRuntime *runtime(int n) {
+    std::vector<int64_t> ids;
+    for (int i = 0; i < n; ++i)
+      ids.push_back(i);
+    return createSimulatedCodegenRuntime(ids.data(), n, 30000);
+  }
+};
+
+/// Launches copy_outer1_u1 over `counts` runs of `runBytes` bytes with the
+/// given strides, on `device`'s stream.
+void launchCopy(PolymeshRuntime *rt, int64_t device, void *function, void *src,
+                void *dst, int64_t runBytes, int64_t count, int64_t srcStride,
+                int64_t dstStride) {
+  int64_t total = count * runBytes;
+  void *args[] = {&src,       &dst,       &runBytes, &count,
+                  &srcStride, &dstStride, &total};
+  mgpuLaunchKernel(function, 1, 1, 1, 256, 1, 1, 0,
+                   polymesh_rt_cuda_stream(rt, device), args, nullptr, 7);
+}
+
+TEST_F(SimulatedDriver, OneModuleServesEveryGpuLoadedOncePerContext) {
+  PolymeshRuntime *rt = runtime(2);
+  ASSERT_EQ(polymesh_rt_status(rt), POLYMESH_RT_OK)
+      << polymesh_rt_last_error(rt);
+  void *module = mgpuModuleLoadJIT(const_cast<char *>(kPtx), 2);
+  void *function = mgpuModuleGetFunction(module, "copy_outer1_u1");
+  // The same handle for the same name: generated code looks it up at every
+  // launch.
+  EXPECT_EQ(mgpuModuleGetFunction(module, "copy_outer1_u1"), function);
+  EXPECT_EQ(FakeCudaDriver::counts().moduleLoads, 0);
+
+  // Pack columns 1..2 of a 4x4 byte matrix on each device, twice.
+  for (int64_t device = 0; device < 2; ++device) {
+    std::vector<char> host(16), packed(8, 0);
+    for (int i = 0; i < 16; ++i)
+      host[i] = static_cast<char>(10 * device + i);
+    void *src = polymesh_rt_device_alloc(rt, device, 16);
+    void *dst = polymesh_rt_device_alloc(rt, device, 8);
+    ASSERT_EQ(polymesh_rt_device_upload(rt, device, src, host.data(), 16),
+              POLYMESH_RT_OK);
+    for (int repeat = 0; repeat < 2; ++repeat)
+      launchCopy(rt, device, function, static_cast<char *>(src) + 1, dst,
+                 /*runBytes=*/2, /*count=*/4, /*srcStride=*/4,
+                 /*dstStride=*/2);
+    ASSERT_EQ(polymesh_rt_device_synchronize(rt, device), POLYMESH_RT_OK)
+        << polymesh_rt_last_error(rt);
+    ASSERT_EQ(polymesh_rt_device_download(rt, device, packed.data(), dst, 8),
+              POLYMESH_RT_OK);
+    for (int row = 0; row < 4; ++row)
+      for (int column = 0; column < 2; ++column)
+        EXPECT_EQ(packed[2 * row + column], host[4 * row + 1 + column]);
+    polymesh_rt_device_free(rt, device, src);
+    polymesh_rt_device_free(rt, device, dst);
+  }
+  FakeCudaDriver::Counts counts = FakeCudaDriver::counts();
+  EXPECT_EQ(counts.moduleLoads, 2); // one per GPU, not per launch
+  EXPECT_EQ(counts.launches["copy_outer1_u1"], 4);
+  mgpuModuleUnload(module);
+  EXPECT_EQ(FakeCudaDriver::counts().moduleUnloads, 2);
+  EXPECT_EQ(polymesh_rt_status(rt), POLYMESH_RT_OK);
+  polymesh_rt_destroy(rt);
+}
+
+TEST_F(SimulatedDriver, KernelMissingFromThePtxFailsTheNextSynchronize) {
+  PolymeshRuntime *rt = runtime(1);
+  void *module = mgpuModuleLoadJIT(const_cast<char *>(kPtx), 2);
+  void *function = mgpuModuleGetFunction(module, "copy_outer2_u16");
+  void *src = polymesh_rt_device_alloc(rt, 0, 16);
+  launchCopy(rt, 0, function, src, src, 1, 1, 0, 0);
+  EXPECT_NE(polymesh_rt_device_synchronize(rt, 0), POLYMESH_RT_OK);
+  EXPECT_NE(std::string(polymesh_rt_last_error(rt))
+                .find("cuModuleGetFunction failed"),
+            std::string::npos)
+      << polymesh_rt_last_error(rt);
+  mgpuModuleUnload(module);
+  polymesh_rt_destroy(rt);
+}
+
+TEST_F(SimulatedDriver, PtxThatDoesNotLoadFailsTheNextSynchronize) {
+  PolymeshRuntime *rt = runtime(1);
+  void *module = mgpuModuleLoadJIT(const_cast<char *>("not ptx"), 2);
+  void *function = mgpuModuleGetFunction(module, "copy_outer1_u1");
+  void *src = polymesh_rt_device_alloc(rt, 0, 16);
+  launchCopy(rt, 0, function, src, src, 1, 1, 0, 0);
+  EXPECT_NE(polymesh_rt_device_synchronize(rt, 0), POLYMESH_RT_OK);
+  EXPECT_NE(std::string(polymesh_rt_last_error(rt))
+                .find("cuModuleLoadDataEx (JIT-compiling the PTX) failed"),
+            std::string::npos)
+      << polymesh_rt_last_error(rt);
+  mgpuModuleUnload(module);
+  polymesh_rt_destroy(rt);
+}
+
+TEST_F(SimulatedDriver, AccumulateKernelAddsInTheElementType) {
+  PolymeshRuntime *rt = runtime(1);
+  void *module = mgpuModuleLoadJIT(const_cast<char *>(kPtx), 2);
+  void *function = mgpuModuleGetFunction(module, "accumulate_outer0_f32");
+  float a[] = {1.5f, -2.0f, 3.25f}, b[] = {0.5f, 4.0f, -3.25f}, out[3];
+  void *src = polymesh_rt_device_alloc(rt, 0, sizeof(a));
+  void *dst = polymesh_rt_device_alloc(rt, 0, sizeof(b));
+  polymesh_rt_device_upload(rt, 0, src, a, sizeof(a));
+  polymesh_rt_device_upload(rt, 0, dst, b, sizeof(b));
+  int64_t runUnits = 3, total = 3;
+  void *args[] = {&src, &dst, &runUnits, &total};
+  mgpuLaunchKernel(function, 1, 1, 1, 256, 1, 1, 0,
+                   polymesh_rt_cuda_stream(rt, 0), args, nullptr, 4);
+  ASSERT_EQ(polymesh_rt_device_synchronize(rt, 0), POLYMESH_RT_OK)
+      << polymesh_rt_last_error(rt);
+  polymesh_rt_device_download(rt, 0, out, dst, sizeof(out));
+  EXPECT_EQ(out[0], 2.0f);
+  EXPECT_EQ(out[1], 2.0f);
+  EXPECT_EQ(out[2], 0.0f);
+  mgpuModuleUnload(module);
+  polymesh_rt_destroy(rt);
+}
+
+// Generated code releases staging right after enqueuing the work that uses
+// it: the memory must outlive that work.
+TEST_F(SimulatedDriver, DeviceFreeWaitsForTheStream) {
+  PolymeshRuntime *rt = runtime(1);
+  int64_t before = FakeNccl::counts().allocations;
+  void *memory = polymesh_rt_device_alloc(rt, 0, 64);
+  ASSERT_NE(memory, nullptr);
+  EXPECT_EQ(FakeNccl::counts().allocations, before + 1);
+  polymesh_rt_device_free(rt, 0, memory);
+  EXPECT_EQ(FakeNccl::counts().allocations, before + 1);
+  ASSERT_EQ(polymesh_rt_device_synchronize(rt, 0), POLYMESH_RT_OK);
+  EXPECT_EQ(FakeNccl::counts().allocations, before);
+  polymesh_rt_destroy(rt);
+}
+
+TEST_F(SimulatedDriver, NcclCheckWaitsOutInProgressAndReportsErrors) {
+  PolymeshRuntime *rt = runtime(2);
+  auto program = [](PolymeshRuntime *rt, int64_t device, void *) -> int32_t {
+    int64_t members[] = {0, 1};
+    void *comm = polymesh_rt_nccl_comm(rt, device, members, 2);
+    if (!comm)
+      return 1;
+    // ncclInProgress (7): non-blocking communicators still enqueuing.
+    return polymesh_rt_nccl_check(rt, device, comm, ncclInProgress,
+                                  "ncclGroupEnd");
+  };
+  EXPECT_EQ(polymesh_rt_run_devices(rt, program, nullptr), POLYMESH_RT_OK)
+      << polymesh_rt_last_error(rt);
+  int64_t members[] = {0, 1};
+  void *comm = polymesh_rt_nccl_comm(rt, 0, members, 2);
+  EXPECT_NE(
+      polymesh_rt_nccl_check(rt, 0, comm, ncclInvalidArgument, "ncclSend"),
+      POLYMESH_RT_OK);
+  std::string error = polymesh_rt_last_error(rt);
+  EXPECT_NE(error.find("ncclSend"), std::string::npos) << error;
+  EXPECT_NE(error.find("generated code"), std::string::npos) << error;
+  polymesh_rt_destroy(rt);
 }
 
 } // namespace

@@ -212,6 +212,14 @@ public:
   absl::StatusOr<void *> communicatorHandle(int64_t device,
                                             absl::Span<const int64_t> members);
   absl::StatusOr<CUstream_st *> stream(int64_t device);
+  /// Generated code called NCCL on `comm` (from communicatorHandle) and got
+  /// `result` (an ncclResult_t). Communicators are non-blocking, so
+  /// ncclInProgress means "still being enqueued": this polls the
+  /// communicator until it is not, as NCCL requires before its next call.
+  /// Any other error is the backend's first error (it aborts), named by
+  /// `call`.
+  absl::Status finishGeneratedCall(int64_t device, void *comm, int result,
+                                   absl::string_view call);
   /// Makes later communication of `device` wait for the work enqueued so
   /// far on `producer` (a pack kernel, say). Host-side enqueue only.
   absl::Status waitForStream(int64_t device, CUstream_st *producer);
@@ -226,6 +234,11 @@ public:
   /// Device memory on `device`'s GPU (cudaMalloc); bytes > 0.
   absl::StatusOr<void *> allocate(int64_t device, int64_t bytes);
   absl::Status deallocate(int64_t device, void *pointer);
+  /// Frees `pointer` once the work enqueued so far on the device's stream
+  /// has finished: at the next synchronize(device), or when the backend is
+  /// destroyed. Generated code releases staging right after enqueuing the
+  /// kernels and NCCL calls that use it; cudaFree would free it under them.
+  absl::Status deallocateAfterStream(int64_t device, void *pointer);
   /// Copies between host and device memory of `device`, ordered after the
   /// device's communication; they return when the copy is done.
   absl::Status copyToDevice(int64_t device, void *deviceDst,

@@ -46,19 +46,39 @@ void *polymesh_rt_cuda_stream(PolymeshRuntime *rt, int64_t device);
  * `device`. Collective over the members on first use; cached. */
 void *polymesh_rt_nccl_comm(PolymeshRuntime *rt, int64_t device,
                             const int64_t *members, int64_t num_members);
-/* Device memory of `device`'s GPU (at least one byte). */
+/* Device memory of `device`'s GPU (at least one byte). Freeing is
+ * stream-ordered: the memory is released once the work enqueued on the
+ * device's stream before the free has finished (at the next
+ * polymesh_rt_device_synchronize, or when the runtime is destroyed). */
 void *polymesh_rt_device_alloc(PolymeshRuntime *rt, int64_t device,
                                int64_t bytes);
 void polymesh_rt_device_free(PolymeshRuntime *rt, int64_t device, void *ptr);
 /* Device-to-device copy on the device's stream. */
 int32_t polymesh_rt_device_copy(PolymeshRuntime *rt, int64_t device, void *dst,
                                 const void *src, int64_t bytes);
+/* Host-to-device and device-to-host copies of `bytes`, ordered after the
+ * device's stream; they return when the copy is done. */
+int32_t polymesh_rt_device_upload(PolymeshRuntime *rt, int64_t device,
+                                  void *dst, const void *src, int64_t bytes);
+int32_t polymesh_rt_device_download(PolymeshRuntime *rt, int64_t device,
+                                    void *dst, const void *src, int64_t bytes);
+/* Generated code passes every NCCL call's ncclResult_t here, with the
+ * communicator it used and the call's name. The runtime's communicators are
+ * non-blocking: ncclInProgress is waited out (polling the communicator, at
+ * most the runtime's timeout) before the next call may be issued, as NCCL
+ * requires; any other error becomes the runtime's error. */
+int32_t polymesh_rt_nccl_check(PolymeshRuntime *rt, int64_t device, void *comm,
+                               int32_t result, const char *call);
 /* Waits until everything on the device's stream has finished. */
 int32_t polymesh_rt_device_synchronize(PolymeshRuntime *rt, int64_t device);
 
 /* The kernel-launch wrappers MLIR's GPU lowering calls (CUDA driver API).
  * Errors are reported on stderr and make the next
- * polymesh_rt_device_synchronize of any runtime fail. */
+ * polymesh_rt_device_synchronize of any runtime fail (until a runtime is
+ * created again). mgpuModuleLoadJIT only records the PTX: each GPU's
+ * context JIT-compiles it on the first launch of one of its kernels there
+ * (the context of the launch's stream), so one module serves every local
+ * GPU. */
 void *mgpuModuleLoadJIT(void *ptx, int32_t optLevel);
 void mgpuModuleUnload(void *module);
 void *mgpuModuleGetFunction(void *module, const char *name);
