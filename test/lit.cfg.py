@@ -28,6 +28,12 @@ tools = ["polymesh-opt", "polymesh-run", "polymesh-translate", "FileCheck", "not
          "count", "split-file"]
 llvm_config.add_tool_substitutions(tools, tool_dirs)
 
+# A build with the NCCL backend (POLYMESH_ENABLE_CUDA found CUDA and NCCL):
+# polymesh-run --backend=nccl --simulate-gpus runs CUDA-lowered code on the
+# simulated CUDA and NCCL, no GPU needed.
+if getattr(config, "polymesh_have_nccl", False):
+    config.available_features.add("nccl")
+
 # ptxas from the CUDA toolkit checks the PTX that --polymesh-lower-to-cuda
 # generates (no GPU needed). CI installs the toolkit at /usr/local/cuda.
 import shutil

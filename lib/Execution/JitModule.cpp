@@ -133,6 +133,17 @@ JitModule::create(ModuleOp module, const JitOptions &options) {
     return engine.takeError();
   // Before any lookup: the first one links the module.
   (*engine)->registerSymbols(runtimeSymbols);
+  if (!options.symbols.empty()) {
+    std::vector<std::pair<std::string, void *>> extra = options.symbols;
+    (*engine)->registerSymbols([&](llvm::orc::MangleAndInterner interner) {
+      llvm::orc::SymbolMap symbols;
+      for (const auto &[name, address] : extra)
+        symbols[interner(name)] = llvm::orc::ExecutorSymbolDef(
+            llvm::orc::ExecutorAddr::fromPtr(address),
+            llvm::JITSymbolFlags::Exported | llvm::JITSymbolFlags::Callable);
+      return symbols;
+    });
+  }
   return std::unique_ptr<JitModule>(new JitModule(std::move(*engine)));
 }
 
@@ -143,6 +154,9 @@ llvm::Error JitModule::prepare(llvm::StringRef name) {
   if (!packed)
     return packed.takeError();
   entryPoints[name] = *packed;
+  // The lookup linked the module, so every symbol its constructors call is
+  // resolved: they can run now.
+  engine->initialize();
   return llvm::Error::success();
 }
 

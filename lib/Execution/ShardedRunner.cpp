@@ -20,6 +20,7 @@
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/Pass/PassManager.h"
@@ -296,8 +297,11 @@ std::string unloweredOps(ModuleOp module) {
   llvm::SmallVector<std::string> names;
   llvm::StringSet<> seen;
   module.walk([&](Operation *op) {
+    // gpu.binary holds the CUDA kernels and gpu.launch_func launches them:
+    // LLVM IR translation embeds the one and calls mgpu* for the other.
     if (op == module.getOperation() ||
-        isa_and_nonnull<LLVM::LLVMDialect>(op->getDialect()))
+        isa_and_nonnull<LLVM::LLVMDialect>(op->getDialect()) ||
+        isa<gpu::BinaryOp, gpu::LaunchFuncOp>(op))
       return;
     if (seen.insert(op->getName().getStringRef()).second)
       names.push_back("'" + op->getName().getStringRef().str() + "'");
@@ -322,7 +326,7 @@ llvm::Expected<std::unique_ptr<JitModule>>
 compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
         llvm::StringMap<ShardedFunction> &functions,
         llvm::StringMap<std::string> &failures, bool forwardDiagnostics,
-        const JitOptions &options) {
+        ShardedTarget target, const JitOptions &options) {
   MLIRContext *context = planned.getContext();
   OwningOpRef<ModuleOp> module(planned.clone());
   llvm::StringSet<> selected;
@@ -363,16 +367,23 @@ compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
         !func.isExternal())
       func->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
                     builder.getUnitAttr());
+  const char *lowering = target == ShardedTarget::Cuda
+                             ? "--polymesh-lower-to-cuda"
+                             : "--polymesh-lower-to-cpu";
   {
     PassManager pm(context);
-    pm.addPass(createPolymeshLowerToCpu());
+    if (target == ShardedTarget::Cuda)
+      pm.addPass(createPolymeshLowerToCuda());
+    else
+      pm.addPass(createPolymeshLowerToCpu());
     if (failed(pm.run(*module)))
-      return error("--polymesh-lower-to-cpu failed: " +
-                   capture.firstError("no diagnostic"));
+      return error(llvm::Twine(lowering) +
+                   " failed: " + capture.firstError("no diagnostic"));
   }
   std::string left = unloweredOps(*module);
   if (!left.empty())
-    return error("--polymesh-lower-to-cpu left ops outside the LLVM "
+    return error(llvm::Twine(lowering) +
+                 " left ops outside the LLVM "
                  "dialect: " +
                  left);
 
@@ -402,6 +413,13 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
   DialectRegistry registry;
   registerHostLoweringDialects(registry);
   registerReferenceDialects(registry);
+  if (options.target == ShardedTarget::Cuda) {
+    if (!options.cuda.createRuntime || !options.cuda.alloc ||
+        !options.cuda.free || !options.cuda.upload || !options.cuda.download)
+      return error("the CUDA target needs a CUDA runtime (CudaRunHooks)");
+    // The lowering's dialects, and LLVM IR translation of gpu.binary.
+    registerCudaLoweringDialects(registry);
+  }
   context->appendDialectRegistry(registry);
   context->loadDialect<bufferization::BufferizationDialect, LLVM::LLVMDialect,
                        PolymeshDialect>();
@@ -447,8 +465,9 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
   // function alone, so that one that fails does not take the others along
   // and its own diagnostics are reported.
   llvm::StringMap<std::string> failures;
-  auto together = compile(*planned, candidates, runner->functions, failures,
-                          /*forwardDiagnostics=*/false, options.jit);
+  auto together =
+      compile(*planned, candidates, runner->functions, failures,
+              /*forwardDiagnostics=*/false, options.target, options.jit);
   if (together) {
     runner->jits.push_back(std::move(*together));
     for (const std::string &name : candidates)
@@ -457,8 +476,9 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
     llvm::consumeError(together.takeError());
     failures.clear();
     for (const std::string &name : candidates) {
-      auto alone = compile(*planned, {name}, runner->functions, failures,
-                           /*forwardDiagnostics=*/true, options.jit);
+      auto alone =
+          compile(*planned, {name}, runner->functions, failures,
+                  /*forwardDiagnostics=*/true, options.target, options.jit);
       if (!alone) {
         failures[name] = llvm::toString(alone.takeError());
         continue;
@@ -503,6 +523,10 @@ struct DeviceWork {
 struct RunContext {
   JitModule *jit = nullptr;
   std::map<int64_t, DeviceWork> work;
+  /// CUDA runs: per device, its inputs' then its results' device pointers,
+  /// passed after the three scalars instead of memref descriptors.
+  bool devicePointers = false;
+  std::map<int64_t, std::vector<void *>> pointers;
 };
 
 /// polymesh_rt_run_devices' device function: one call of the device's
@@ -518,9 +542,15 @@ int32_t runDevice(PolymeshRuntime *rt, int64_t device, void *user) {
   llvm::SmallVector<HostTensor *> results;
   for (HostTensor &result : work.results)
     results.push_back(&result);
-  uint64_t scalars[] = {reinterpret_cast<uintptr_t>(rt),
-                        static_cast<uint64_t>(device),
-                        static_cast<uint64_t>(work.position)};
+  llvm::SmallVector<uint64_t> scalars = {reinterpret_cast<uintptr_t>(rt),
+                                         static_cast<uint64_t>(device),
+                                         static_cast<uint64_t>(work.position)};
+  if (context->devicePointers) {
+    for (void *pointer : context->pointers.at(device))
+      scalars.push_back(reinterpret_cast<uintptr_t>(pointer));
+    inputs.clear();
+    results.clear();
+  }
   if (llvm::Error err =
           context->jit->call(work.partition->name, scalars, inputs, results)) {
     llvm::consumeError(std::move(err));
@@ -578,12 +608,62 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
     for (const TensorSignature &result : work.partition->results)
       work.results.emplace_back(result.elementType, result.shape);
 
+  bool cuda = options.target == ShardedTarget::Cuda;
   std::unique_ptr<PolymeshRuntime, RuntimeDeleter> rt(
-      polymesh_rt_create_loopback(function.devices.data(),
-                                  static_cast<int64_t>(function.devices.size()),
-                                  options.timeoutMs));
+      cuda ? options.cuda.createRuntime(
+                 function.devices.data(),
+                 static_cast<int64_t>(function.devices.size()),
+                 options.timeoutMs)
+           : polymesh_rt_create_loopback(
+                 function.devices.data(),
+                 static_cast<int64_t>(function.devices.size()),
+                 options.timeoutMs));
   if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
     return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
+
+  // CUDA: every tile moves to its device's memory (results start zeroed,
+  // as on the host), and back after the run. Freed before the runtime.
+  auto freeDeviceMemory = [&] {
+    for (auto &[device, pointers] : context.pointers)
+      for (void *pointer : pointers)
+        options.cuda.free(rt.get(), device, pointer);
+    context.pointers.clear();
+  };
+  auto transferTiles = [&](bool toDevice) -> bool {
+    for (auto &[device, work] : context.work) {
+      std::vector<void *> &pointers = context.pointers[device];
+      size_t index = 0;
+      for (auto *tiles : {&work.inputs, &work.results})
+        for (HostTensor &tile : *tiles) {
+          int64_t bytes = tile.getSizeInBytes();
+          if (toDevice) {
+            pointers.push_back(options.cuda.alloc(rt.get(), device,
+                                                  std::max<int64_t>(bytes, 1)));
+            if (!pointers.back())
+              return false;
+          }
+          void *memory = pointers[index++];
+          if (bytes == 0)
+            continue;
+          int32_t code =
+              toDevice ? options.cuda.upload(rt.get(), device, memory,
+                                             tile.getData(), bytes)
+                       : options.cuda.download(rt.get(), device, tile.getData(),
+                                               memory, bytes);
+          if (code != POLYMESH_RT_OK)
+            return false;
+        }
+    }
+    return true;
+  };
+  if (cuda) {
+    context.devicePointers = true;
+    if (!transferTiles(/*toDevice=*/true)) {
+      std::string why = polymesh_rt_last_error(rt.get());
+      freeDeviceMemory();
+      return error("runtime: " + why);
+    }
+  }
 
   if (options.warmup)
     polymesh_rt_run_devices(rt.get(), runDevice, &context);
@@ -592,6 +672,9 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
   auto stop = std::chrono::steady_clock::now();
   // Generated code does not check statuses: the runtime's first error is
   // the run's.
+  if (cuda && polymesh_rt_status(rt.get()) == POLYMESH_RT_OK)
+    transferTiles(/*toDevice=*/false);
+  freeDeviceMemory();
   if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
     return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
   if (code != POLYMESH_RT_OK)

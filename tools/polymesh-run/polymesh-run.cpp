@@ -42,7 +42,11 @@
 #include "polymesh/Support/LargeStack.h"
 #include "polymesh/Transforms/Passes.h"
 #if POLYMESH_HAVE_NCCL
+#include "CudaDriverFake.h"
+#include "NcclFake.h"
+#include "polymesh/Runtime/CudaCodegenSymbols.h"
 #include "polymesh/Runtime/NcclBackend.h"
+#include "polymesh/Runtime/PolymeshCudaRuntime.h"
 #endif
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -95,6 +99,14 @@ llvm::cl::opt<std::string>
                            "or 'nccl' (one local GPU per device; exits with "
                            "77 when there is none)"),
             llvm::cl::init("loopback"), llvm::cl::cat(runCategory));
+
+llvm::cl::opt<bool> simulateGpus(
+    "simulate-gpus",
+    llvm::cl::desc("With --backend=nccl: simulated GPUs, CUDA and NCCL in "
+                   "this process (no GPU needed). The generated host code, "
+                   "its tables and NCCL calls run for real; kernels are "
+                   "interpreted on the host"),
+    llvm::cl::cat(runCategory));
 
 llvm::cl::opt<bool>
     verifyResults("verify",
@@ -299,6 +311,10 @@ BackendFactory backendFactory() {
       // Tiles are host memory: the backend stages them through the GPU.
       options.buffers = runtime::NcclBuffers::Host;
       options.timeout = absl::Seconds(60);
+      if (simulateGpus) {
+        runtime::FakeNccl::reset(static_cast<int>(devices.size()));
+        options.api = &runtime::fakeNcclApi();
+      }
       absl::StatusOr<std::unique_ptr<runtime::NcclBackend>> created =
           runtime::NcclBackend::createSingleProcess(devices, options);
       if (!created.ok())
@@ -307,6 +323,31 @@ BackendFactory backendFactory() {
     };
 #endif
   return {};
+}
+
+/// How the partitioned program runs: lowered to the CPU on the loopback
+/// runtime, or with --backend=nccl lowered to CUDA on the local GPUs (or
+/// the simulated ones).
+ShardedRunnerOptions shardedOptions() {
+  ShardedRunnerOptions options;
+#if POLYMESH_HAVE_NCCL
+  if (backend == "nccl") {
+    options.target = ShardedTarget::Cuda;
+    options.timeoutMs = 60000;
+    options.cuda.createRuntime = simulateGpus
+                                     ? runtime::createSimulatedCodegenRuntime
+                                     : polymesh_rt_create_nccl;
+    options.cuda.alloc = polymesh_rt_device_alloc;
+    options.cuda.free = polymesh_rt_device_free;
+    options.cuda.upload = polymesh_rt_device_upload;
+    options.cuda.download = polymesh_rt_device_download;
+    for (const runtime::CodegenSymbol &symbol :
+         simulateGpus ? runtime::simulatedCudaCodegenSymbols()
+                      : runtime::cudaCodegenSymbols())
+      options.jit.symbols.emplace_back(symbol.name, symbol.address);
+  }
+#endif
+  return options;
 }
 
 /// Runs planned, movement-only `planned` through the plan executor.
@@ -429,9 +470,14 @@ int runMain() {
                  << "': use 'loopback' or 'nccl'\n";
     return 1;
   }
+  if (simulateGpus && backend != "nccl") {
+    llvm::errs() << "error: --simulate-gpus needs --backend=nccl\n";
+    return 1;
+  }
   if (backend == "nccl") {
 #if POLYMESH_HAVE_NCCL
-    absl::StatusOr<int> gpus = runtime::cudaDeviceCount();
+    absl::StatusOr<int> gpus =
+        simulateGpus ? absl::StatusOr<int>(1) : runtime::cudaDeviceCount();
     if (!gpus.ok() || *gpus == 0) {
       llvm::outs() << "polymesh-run: skipped: "
                    << (gpus.ok() ? std::string("no CUDA device")
@@ -439,10 +485,6 @@ int runMain() {
                    << "\n";
       return kSkippedExitCode;
     }
-    // GPUs run data movement through the plan executor on NCCL (tiles in
-    // host memory, staged through the GPUs); the generated CUDA code
-    // (--polymesh-lower-to-cuda) moves data only and is not JIT-run yet.
-    shardedPath = ShardedPath::Executor;
 #else
     llvm::outs() << "polymesh-run: skipped: this build has no NCCL backend "
                     "(configure with the CUDA toolkit and NCCL)\n";
@@ -509,7 +551,7 @@ int runMain() {
       else
         llvm::consumeError(signature.takeError());
     }
-    auto created = ShardedRunner::create(*module, runnable);
+    auto created = ShardedRunner::create(*module, runnable, shardedOptions());
     if (!created) {
       llvm::errs() << "error: " << llvm::toString(created.takeError()) << "\n";
       return 1;

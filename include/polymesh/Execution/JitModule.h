@@ -41,6 +41,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace mlir {
 class DialectRegistry;
@@ -59,6 +62,10 @@ struct JitOptions {
   /// keeps IEEE semantics (no fast-math, no FMA contraction), so results do
   /// not depend on it.
   unsigned optLevel = 2;
+  /// Functions the module calls that this process provides besides the
+  /// loopback runtime's C ABI (CUDA-lowered code: the CUDA runtime's
+  /// functions, the mgpu* wrappers and NCCL), by C name.
+  std::vector<std::pair<std::string, void *>> symbols;
 };
 
 class JitModule {
@@ -73,8 +80,10 @@ public:
 
   /// Looks up `name`'s C interface. The first lookup makes ORC compile the
   /// module to machine code, so calling this before timing a call keeps the
-  /// compilation out of the measurement. Fails when the function or its C
-  /// interface is missing.
+  /// compilation out of the measurement, and then runs the module's global
+  /// constructors (a CUDA-lowered module registers its PTX there). Fails
+  /// when the function or its C interface is missing, or a symbol the
+  /// module calls is unknown.
   llvm::Error prepare(llvm::StringRef name);
 
   /// Calls `name` with `inputs` then `outputs` as its memref arguments. The

@@ -41,6 +41,17 @@
 // results come back as ShardedTensors (exact tiles) in the declared result
 // layouts, ready for compareWithReference.
 //
+// With ShardedTarget::Cuda the module is lowered by `--polymesh-lower-to-cuda`
+// instead: class functions take device pointers (inputs, then one
+// out-pointer per result) after the three scalars, kernels are PTX in a
+// gpu.binary that the JIT's constructors hand to mgpuModuleLoadJIT, and
+// NCCL is called directly. run() then creates the runtime through
+// CudaRunHooks, uploads every device's input tiles into device memory,
+// calls `_mlir_ciface_f__part<k>(rt, device, position, pointers...)` on one
+// thread per device, and downloads the results (and the inputs, to check
+// that they are unchanged). Only data movement lowers to CUDA: a function
+// that computes is recorded as unavailable with the lowering's diagnostic.
+//
 // Failures are per function: a function that does not partition, lower or
 // compile is recorded with the first diagnostic's message, and the others
 // still run. All functions are compiled as one module when that works; when
@@ -68,9 +79,40 @@
 #include <string>
 #include <vector>
 
+struct PolymeshRuntime;
+
 namespace polymesh::execution {
 
+/// Where the partitioned program runs.
+enum class ShardedTarget {
+  /// --polymesh-lower-to-cpu on the loopback runtime, host memory.
+  Cpu,
+  /// --polymesh-lower-to-cuda on a CUDA runtime (CudaRunHooks), tiles in
+  /// device memory.
+  Cuda,
+};
+
+/// What a CUDA run needs from a CUDA runtime, which this library does not
+/// link: PolymeshRuntimeNccl's functions (PolymeshCudaRuntime.h) on GPUs,
+/// or the same over the simulated CUDA and NCCL.
+struct CudaRunHooks {
+  /// Creates the runtime over `devices`; never null (a failed runtime says
+  /// why in polymesh_rt_last_error).
+  PolymeshRuntime *(*createRuntime)(const int64_t *devices, int64_t numDevices,
+                                    int64_t timeoutMs) = nullptr;
+  void *(*alloc)(PolymeshRuntime *rt, int64_t device, int64_t bytes) = nullptr;
+  void (*free)(PolymeshRuntime *rt, int64_t device, void *pointer) = nullptr;
+  int32_t (*upload)(PolymeshRuntime *rt, int64_t device, void *dst,
+                    const void *src, int64_t bytes) = nullptr;
+  int32_t (*download)(PolymeshRuntime *rt, int64_t device, void *dst,
+                      const void *src, int64_t bytes) = nullptr;
+};
+
 struct ShardedRunnerOptions {
+  ShardedTarget target = ShardedTarget::Cpu;
+  /// Required for ShardedTarget::Cuda; jit.symbols must then bind what the
+  /// generated code calls (cudaCodegenSymbols()).
+  CudaRunHooks cuda;
   JitOptions jit;
   /// How long a blocking runtime call may wait, in milliseconds; <= 0 takes
   /// the runtime's default (10 s).
