@@ -203,9 +203,36 @@ bool isEveryOtherMember(const std::vector<int64_t> &dsts, int64_t src,
   for (int64_t member : members) {
     if (member == src)
       continue;
-    if (dsts[d++] != member)
+    if (d == dsts.size() || dsts[d++] != member)
       return false;
   }
+  return true;
+}
+
+/// Whether no two of `boxes` overlap. Cheap when some dimension separates
+/// them all (the planner splits along one); otherwise pairwise, for a few.
+bool pairwiseDisjoint(const std::vector<Box> &boxes) {
+  if (boxes.empty())
+    return true;
+  std::vector<size_t> order(boxes.size());
+  for (size_t d = 0; d < boxes.front().lo.size(); ++d) {
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return boxes[a].lo[d] < boxes[b].lo[d];
+    });
+    bool separated = true;
+    for (size_t i = 1; separated && i < order.size(); ++i)
+      separated = boxes[order[i - 1]].hi[d] <= boxes[order[i]].lo[d];
+    if (separated)
+      return true;
+  }
+  if (boxes.size() > 64)
+    return false;
+  for (size_t i = 0; i < boxes.size(); ++i)
+    for (size_t j = i + 1; j < boxes.size(); ++j)
+      if (!boxes[i].intersect(boxes[j]).empty())
+        return false;
   return true;
 }
 
@@ -328,12 +355,9 @@ std::optional<Segment> matchAllReduce(const Step &step, size_t s,
     pieces.push_back(transfer.box);
     owners.push_back(transfer.srcDevice);
   }
-  if (pieces.empty())
+  // Overlapping pieces would be summed twice in one all-reduce.
+  if (pieces.empty() || !pairwiseDisjoint(pieces))
     return std::nullopt;
-  for (size_t i = 0; i < pieces.size(); ++i)
-    for (size_t j = i + 1; j < pieces.size(); ++j)
-      if (!pieces[i].intersect(pieces[j]).empty())
-        return std::nullopt;
   // Phase 0 reduces piece i onto its owner from every other member, once.
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, size_t>
       pieceOf;
