@@ -1,5 +1,9 @@
-// RUN: polymesh-run %s --verify | FileCheck %s
+// RUN: polymesh-run %s --verify | FileCheck %s --check-prefixes=CHECK,CPU
 // RUN: polymesh-opt %s --polymesh-pipeline=target=cpu | FileCheck %s --check-prefix=LOWERED
+// With the NCCL backend, the CUDA-lowered code (ncclAllGather, ncclAllReduce,
+// ncclReduceScatter) on simulated GPUs; the matmul does not lower to CUDA.
+// RUN: %if nccl %{ not polymesh-run %s --verify --backend=nccl --simulate-gpus 2>/dev/null \
+// RUN:   | FileCheck %s --check-prefixes=CHECK,CUDA %}
 
 // --verify on plans whose steps the CPU lowering runs as the runtime's
 // collectives (polymesh_rt_all_gather, all_reduce, reduce_scatter, in place
@@ -82,7 +86,8 @@ func.func @all_reduce_i32(%p: tensor<8x6xi32> {polymesh.sharding = #polymesh.sha
 
 // A matmul over a sharded contraction: the partial products are
 // all-reduced in f32.
-// CHECK-NEXT: @matmul: 1 leaf, 1536 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 4 devices, PASS
+// CUDA-NEXT:  @matmul: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: --polymesh-lower-to-cuda failed: {{.*}}cannot be lowered to CUDA
+// CPU-NEXT:   @matmul: 1 leaf, 1536 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 4 devices, PASS
 // LOWERED-LABEL: llvm.func @matmul__part0(
 // LOWERED:       llvm.call @polymesh_rt_all_reduce(
 // LOWERED:       llvm.return
@@ -145,7 +150,8 @@ func.func @reduce_scatter_uneven(%p: tensor<6x4xf32> {polymesh.sharding = #polym
 // i1: no collective sum (the plan's sum of booleans is an or), so the
 // all-reduce stays two send/recv phases with generated ors.
 // CHECK-NEXT: @all_reduce_i1: 1 leaf, 144 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 4 devices, PASS
-// CHECK-NEXT: 12 passed, 0 failed
+// CPU-NEXT:   12 passed, 0 failed
+// CUDA-NEXT:  11 passed, 1 failed
 // LOWERED-LABEL: llvm.func @all_reduce_i1__part0(
 // LOWERED-NOT:   llvm.call @polymesh_rt_all_reduce
 // LOWERED:       llvm.call @polymesh_rt_send
