@@ -19,11 +19,12 @@
 //   cudaMemcpyAsync device-to-device of the same bytes on the same stream,
 //   timed with CUDA events. Bandwidth is bytes copied / time for both (not
 //   bytes read + written). Target: kernel >= 80% of memcpy.
-// * The NCCL baseline of a single-node broadcast-type reshard:
-//   ncclBroadcast over every local GPU (at least 2), algbw and busbw as
-//   nccl-tests defines them (broadcast: busbw = algbw). The reshard side
-//   (generated code) plugs in at measureGeneratedBroadcastReshard. Target:
-//   reshard >= 85% of NCCL's busbw.
+// * A single-node broadcast-type reshard compiled by Polymesh (GPU 0's
+//   vector replicated over every local GPU, at least 2) next to
+//   ncclBroadcast of the same bytes over the same GPUs, algbw and busbw as
+//   nccl-tests defines them (broadcast: busbw = algbw). Target: reshard >=
+//   85% of NCCL's busbw. --simulate-reshard=N runs the reshard's path on
+//   simulated GPUs, where there is none.
 //
 // Every measurement is checked (sampled rows against the source pattern)
 // before it is timed. Exit codes: 0 measured (targets are reported, not
@@ -35,8 +36,13 @@
 
 #include "polymesh/Conversion/Passes.h"
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+#include "polymesh/Execution/InputFill.h"
+#include "polymesh/Execution/ShardedRunner.h"
+#include "polymesh/Runtime/CudaCodegenSymbols.h"
 #include "polymesh/Runtime/NcclBackend.h"
 #include "polymesh/Runtime/PolymeshCudaRuntime.h"
+
+#include "CudaDriverFake.h"
 #include "polymesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -109,6 +115,8 @@ struct Arguments {
   std::string jsonPath;
   bool printPtx = false;
   bool nccl = true;
+  /// --simulate-reshard=N: only the generated reshard, on N simulated GPUs.
+  int simulateGpus = 0;
 };
 
 void usage(std::FILE *out) {
@@ -127,6 +135,10 @@ void usage(std::FILE *out) {
       "  --no-nccl           skip the ncclBroadcast baseline\n"
       "  --print-ptx         print the PTX of the generated kernels and exit "
       "(no GPU needed)\n"
+      "  --simulate-reshard=N  run and check only the generated broadcast "
+      "reshard,\n"
+      "                      on N simulated GPUs (no GPU needed; its times "
+      "are not GPU times)\n"
       "Exit codes: 0 measured, 1 error or wrong result, 2 usage, 77 no GPU "
       "(skipped).\n");
 }
@@ -198,6 +210,11 @@ bool parseArguments(int argc, char **argv, Arguments &args) {
       std::exit(kExitPass);
     } else if (arg == "--print-ptx") {
       args.printPtx = true;
+    } else if (arg.rfind("--simulate-reshard=", 0) == 0) {
+      int64_t gpus = 0;
+      if (!absl::SimpleAtoi(arg.substr(19), &gpus) || gpus < 2 || gpus > 64)
+        return false;
+      args.simulateGpus = static_cast<int>(gpus);
     } else if (arg == "--no-nccl") {
       args.nccl = false;
     } else if (valueOf("--sizes", value)) {
@@ -746,13 +763,94 @@ absl::Status runKernelBench(const Arguments &args,
 //===----------------------------------------------------------------------===//
 
 /// The reshard side: a single-node broadcast-type reshard compiled by
-/// Polymesh for `gpus` GPUs moving `bytes` per receiver, milliseconds per
-/// reshard. Not measured here yet: the generated code runs through
-/// polymesh-run / the reshard bench; until one of them is wired in, only
-/// the NCCL baseline is printed.
-std::optional<double> measureGeneratedBroadcastReshard(int /*gpus*/,
-                                                       int64_t /*bytes*/) {
-  return std::nullopt;
+/// Polymesh (an f32 vector on GPU 0, replicated over a mesh of every GPU),
+/// lowered by --polymesh-lower-to-cuda and run by the sharded runner, as
+/// `polymesh-run --backend=nccl` runs it. Milliseconds per reshard: the
+/// median over `repetitions` runs (each after a warm-up run) of every
+/// device's call, thread start to join, synchronized at the end. Every
+/// device's result is checked against the input first.
+absl::StatusOr<double> measureGeneratedBroadcastReshard(int gpus, int64_t bytes,
+                                                        int repetitions,
+                                                        bool simulate) {
+  int64_t elements = std::max<int64_t>(bytes / 4, 1);
+  std::string program = absl::StrCat(
+      "polymesh.mesh @root = <[], device_ids=[0]>\n"
+      "polymesh.mesh @all = <[\"x\"=",
+      gpus,
+      "]>\n"
+      "func.func @broadcast(%a: tensor<",
+      elements,
+      "xf32> {polymesh.sharding = #polymesh.sharding<@root, [{}]>})\n"
+      "    -> (tensor<",
+      elements,
+      "xf32> {polymesh.sharding = #polymesh.sharding<@all, [{}]>}) {\n"
+      "  return %a : tensor<",
+      elements, "xf32>\n}\n");
+  mlir::DialectRegistry registry;
+  registry.insert<polymesh::PolymeshDialect, mlir::arith::ArithDialect,
+                  mlir::func::FuncDialect, mlir::tensor::TensorDialect>();
+  mlir::func::registerShardingInterfaceExternalModels(registry);
+  mlir::MLIRContext context(registry);
+  std::string diagnostics;
+  llvm::raw_string_ostream diagnosticStream(diagnostics);
+  mlir::ScopedDiagnosticHandler handler(
+      &context, [&](mlir::Diagnostic &diagnostic) {
+        diagnosticStream << diagnostic.getLocation() << ": " << diagnostic
+                         << "\n";
+        return mlir::success();
+      });
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(program, &context,
+                                              "broadcast-reshard.mlir");
+  if (!module)
+    return absl::InternalError(
+        absl::StrCat("parsing the reshard program failed:\n", diagnostics));
+
+  namespace execution = polymesh::execution;
+  namespace runtime = polymesh::runtime;
+  execution::ShardedRunnerOptions options;
+  options.target = execution::ShardedTarget::Cuda;
+  options.warmup = true;
+  options.timeoutMs = 120000;
+  options.cuda.createRuntime = simulate ? runtime::createSimulatedCodegenRuntime
+                                        : polymesh_rt_create_nccl;
+  options.cuda.alloc = polymesh_rt_device_alloc;
+  options.cuda.free = polymesh_rt_device_free;
+  options.cuda.upload = polymesh_rt_device_upload;
+  options.cuda.download = polymesh_rt_device_download;
+  for (const runtime::CodegenSymbol &symbol :
+       simulate ? runtime::simulatedCudaCodegenSymbols()
+                : runtime::cudaCodegenSymbols())
+    options.jit.symbols.emplace_back(symbol.name, symbol.address);
+  auto runner =
+      execution::ShardedRunner::create(*module, {"broadcast"}, options);
+  if (!runner)
+    return absl::InternalError(absl::StrCat(
+        "compiling the reshard: ", llvm::toString(runner.takeError()), "\n",
+        diagnostics));
+
+  execution::HostTensor expected = execution::makeInput(
+      execution::ElementType::F32, {elements}, /*stream=*/0);
+  std::vector<double> times;
+  for (int rep = 0; rep < std::max(repetitions, 1); ++rep) {
+    auto run = (*runner)->run("broadcast");
+    if (!run)
+      return absl::InternalError(absl::StrCat("the generated reshard failed: ",
+                                              llvm::toString(run.takeError())));
+    if (rep == 0) {
+      if (run->results.size() != 1 ||
+          static_cast<int>(run->results[0].tiles.size()) != gpus)
+        return absl::InternalError("the generated reshard returned no tiles");
+      for (const auto &[device, tile] : run->results[0].tiles)
+        if (tile.getSizeInBytes() != expected.getSizeInBytes() ||
+            std::memcmp(tile.getData(), expected.getData(),
+                        static_cast<size_t>(expected.getSizeInBytes())) != 0)
+          return absl::InternalError(absl::StrCat(
+              "the generated reshard is wrong on device ", device));
+    }
+    times.push_back(run->wallMs);
+  }
+  return median(times);
 }
 
 absl::Status ncclCheck(ncclResult_t result, const char *call) {
@@ -860,8 +958,11 @@ absl::Status runNcclBaseline(const Arguments &args, int gpus, JsonSink &json) {
     double ms = median(times);
     double algbw = bytes / (ms * 1e-3) / 1e9;
     double busbw = algbw;
-    std::optional<double> generated =
-        measureGeneratedBroadcastReshard(gpus, bytes);
+    absl::StatusOr<double> measured = measureGeneratedBroadcastReshard(
+        gpus, bytes, args.repetitions, /*simulate=*/false);
+    if (!measured.ok())
+      return measured.status();
+    std::optional<double> generated = *measured;
     std::string generatedText = "not measured by this tool";
     std::string generatedJson = ",\"generated_ms\":null,\"ratio\":null";
     if (generated) {
@@ -894,6 +995,25 @@ int main(int argc, char **argv) {
   if (!parseArguments(argc, argv, args)) {
     usage(stderr);
     return kExitUsage;
+  }
+
+  if (args.simulateGpus > 0) {
+    // The generated reshard's path on simulated GPUs: checks it, times
+    // nothing that means anything.
+    for (int64_t bytes : args.sizes) {
+      absl::StatusOr<double> ms = measureGeneratedBroadcastReshard(
+          args.simulateGpus, bytes, /*repetitions=*/1, /*simulate=*/true);
+      if (!ms.ok()) {
+        std::printf("polymesh-gpu-bench: FAIL: %s\n",
+                    std::string(ms.status().message()).c_str());
+        return kExitFail;
+      }
+      std::printf("simulated reshard: broadcast of %s from GPU 0 over %d "
+                  "simulated GPUs: every device's result checked (%.3f ms, "
+                  "not a GPU time)\n",
+                  formatBytes(bytes).c_str(), args.simulateGpus, *ms);
+    }
+    return kExitPass;
   }
 
   // Before any CUDA call: --print-ptx must work without a driver.
