@@ -637,6 +637,47 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
         return offset;
       };
       int64_t broadcastOffset = 0;
+      // A broadcast of one box that is one run of the root's tile and of
+      // every receiver's tile goes straight from the one to the others: no
+      // pack, no unpack, no staging (the common whole-tile replication).
+      std::vector<std::optional<Placement>> direct;
+      if (broadcast) {
+        const Transfer *only = nullptr;
+        int count = 0;
+        for (const Transfer &transfer : step.transfers)
+          if (transfer.phase == phase && !transfer.box.empty()) {
+            only = &transfer;
+            ++count;
+          }
+        if (count == 1 && !only->accumulate) {
+          direct.resize(numDevices);
+          absl::StatusOr<size_t> root = positionFor(only->srcDevice);
+          if (!root.ok())
+            return root.status();
+          const Tile &from = tileFor(only->srcBuffer, *root);
+          bool ok = from.present && within(from.box, only->box) &&
+                    contiguousIn(from, only->box);
+          if (ok)
+            direct[*root] = inTile(spaceOf(only->srcBuffer), from, only->box);
+          for (int64_t dst : only->dstDevices) {
+            absl::StatusOr<size_t> p = positionFor(dst);
+            if (!ok || !p.ok() || dst == only->srcDevice)
+              continue;
+            const Tile &to = tileFor(only->dstBuffer, *p);
+            ok = to.present && within(to.box, only->box) &&
+                 contiguousIn(to, only->box);
+            if (ok)
+              direct[*p] = inTile(spaceOf(only->dstBuffer), to, only->box);
+          }
+          // Every member must have its place (the root sends to all).
+          for (int64_t member : segment.members) {
+            absl::StatusOr<size_t> p = positionFor(member);
+            ok = ok && p.ok() && direct[*p].has_value();
+          }
+          if (!ok)
+            direct.clear();
+        }
+      }
       for (const Transfer &transfer : step.transfers) {
         if (transfer.phase != phase)
           continue;
@@ -707,6 +748,8 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
             continue;
           }
           remote = true;
+          if (!direct.empty())
+            continue;
           int64_t sentFrom = pack();
           if (broadcast) {
             receiver.after.push_back(
@@ -743,6 +786,12 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
             root = transfer.srcDevice;
         for (int64_t member : segment.members) {
           size_t p = *positionFor(member);
+          if (!direct.empty()) {
+            segment.perDevice[p].comm.push_back(
+                {CommKind::Broadcast, root, direct[p]->offset, broadcastOffset,
+                 direct[p]->space});
+            continue;
+          }
           used[p] = broadcastOffset;
           segment.perDevice[p].comm.push_back(
               {CommKind::Broadcast, root, 0, broadcastOffset});

@@ -7,15 +7,19 @@
 // the calling device's rows, memcpy runs, and calls into the runtime.
 
 // A broadcast step (the Orbax restore pattern): one polymesh_rt_broadcast per
-// step, members from a table.
+// step, members from a table. Each column half is a whole tile on the root
+// and on the receivers, so it is broadcast in place: from the root's source
+// tile (space 0) into the receivers' destination tiles (space 1), without
+// staging; the only copies are the roots' local ones.
 polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
 polymesh.mesh @train = <["dp"=4, "tp"=2]>
 
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members1(dense<[0, 2, 4, 6]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members2(dense<[1, 3, 5, 7]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranges(
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_copies(
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<1024> : tensor<8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_copies(dense<{{\[\[}}0, 0, 0, 1, 0, 1024, 1, 0, 0], [0, 0, 0, 1, 0, 1024, 1, 0, 0]]> : tensor<2x9xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 0], [2, 0, 0, 1024, 0, 1], [2, 0, 0, 1024, 0, 1], [2, 0, 0, 1024, 0, 1], [2, 1, 0, 1024, 0, 0], [2, 1, 0, 1024, 0, 1], [2, 1, 0, 1024, 0, 1], [2, 1, 0, 1024, 0, 1]]> : tensor<8x6xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<0> : tensor<8xi64>)
 // CHECK-DAG: llvm.func @polymesh_rt_broadcast(!llvm.ptr, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-LABEL: llvm.func @restore__part0(
 // CHECK-SAME: %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64,

@@ -138,6 +138,8 @@ struct RunStats {
   int64_t zeroRows = 0;
   int64_t accumulateRows = 0;
   int64_t broadcastSegments = 0;
+  /// Broadcast receivers that received in place in their tile.
+  int64_t directBroadcastRows = 0;
   int64_t sendRecvSegments = 0;
   /// What the other collectives would move by ring (the plan's send/recv
   /// bytes for the same step): (n-1) * n * chunk for an all-gather or a
@@ -468,7 +470,10 @@ private:
                                   << " is not a device of the schedule";
       memberPositions.insert(it->second);
     }
+    // Members agree on the root and the byte count; each names where its
+    // bytes are (staging, or in place in a tile), so places may differ.
     std::optional<CommRow> agreed;
+    std::map<size_t, const CommRow *> rowOf;
     for (size_t p = 0; p < devices_.size(); ++p) {
       const std::vector<CommRow> &comm = segment_->perDevice[p].comm;
       if (!memberPositions.count(p)) {
@@ -486,28 +491,43 @@ private:
       if (!agreed) {
         agreed = comm[0];
       } else if (comm[0].peer != agreed->peer ||
-                 comm[0].bytes != agreed->bytes ||
-                 comm[0].stagingOffset != agreed->stagingOffset) {
+                 comm[0].bytes != agreed->bytes) {
         return AssertionFailure() << "members disagree on the broadcast";
       }
+      rowOf[p] = &comm[0];
     }
     auto root = positionOf_.find(agreed->peer);
     if (root == positionOf_.end() || !memberPositions.count(root->second))
       return AssertionFailure()
              << "broadcast root " << agreed->peer << " is not a member";
-    const Device &from = devices_[root->second];
-    if (!allValid(from, agreed->stagingOffset, agreed->bytes))
+    Device &from = devices_[root->second];
+    const CommRow &sent = *rowOf[root->second];
+    if (sent.space == BufferSpace::Staging &&
+        !allValid(from, sent.stagingOffset, sent.bytes))
       return AssertionFailure()
              << "root " << from.id << " broadcasts staging it did not pack";
+    if (sent.space == BufferSpace::Destination)
+      return AssertionFailure()
+             << "root " << from.id << " broadcasts from its destination";
+    std::vector<uint8_t> bytes(
+        buffer(from, sent.space).begin() + sent.stagingOffset,
+        buffer(from, sent.space).begin() + sent.stagingOffset + sent.bytes);
     for (size_t p : memberPositions) {
       if (p == root->second)
         continue;
       Device &to = devices_[p];
-      std::copy(from.staging.begin() + agreed->stagingOffset,
-                from.staging.begin() + agreed->stagingOffset + agreed->bytes,
-                to.staging.begin() + agreed->stagingOffset);
-      std::fill(to.valid.begin() + agreed->stagingOffset,
-                to.valid.begin() + agreed->stagingOffset + agreed->bytes, 1);
+      const CommRow &received = *rowOf[p];
+      if (received.space == BufferSpace::Source)
+        return AssertionFailure()
+               << "member " << to.id << " receives into its source";
+      std::copy(bytes.begin(), bytes.end(),
+                buffer(to, received.space).begin() + received.stagingOffset);
+      if (received.space == BufferSpace::Staging)
+        std::fill(to.valid.begin() + received.stagingOffset,
+                  to.valid.begin() + received.stagingOffset + received.bytes,
+                  1);
+      else
+        ++stats_.directBroadcastRows;
     }
     stats_.broadcastBytes +=
         agreed->bytes * static_cast<int64_t>(members.size() - 1);
@@ -1008,8 +1028,39 @@ TEST(DeviceSchedule, OrbaxRestoreIsTwoBroadcasts) {
   }
   EXPECT_EQ(checked.stats.broadcastBytes, 30 * half);
   EXPECT_EQ(checked.stats.sendBytes, 0);
+  // Each half is a whole tile on the root and on every receiver: it goes
+  // from the root's source tile straight into the receivers' destination
+  // tiles, with no pack, unpack or staging.
+  EXPECT_EQ(checked.stats.directBroadcastRows, 30);
   for (int64_t staging : schedule.stagingBytes)
-    EXPECT_EQ(staging, half);
+    EXPECT_EQ(staging, 0);
+  for (const Segment &segment : schedule.segments) {
+    if (segment.method != SegmentMethod::Broadcast)
+      continue;
+    for (int64_t member : segment.members) {
+      const DeviceSegment &rows = segment.perDevice[member];
+      EXPECT_TRUE(rows.before.empty());
+      EXPECT_TRUE(rows.after.empty());
+      EXPECT_EQ(rows.comm.at(0).space, member == segment.members[0]
+                                           ? BufferSpace::Source
+                                           : BufferSpace::Destination);
+    }
+  }
+}
+
+TEST(DeviceSchedule, BroadcastOfAStridedBoxIsStaged) {
+  // Column halves into replicated tiles: each half is strided in the
+  // receivers' tiles, so the root packs and the receivers unpack.
+  Mesh halves = makeMesh({{"x", 2}}, {0, 1});
+  Mesh others = makeMesh({{"y", 2}}, {2, 3});
+  Checked checked = planAndRun(layout(halves, {{}, {"x"}}, {8, 8}),
+                               layout(others, {{}, {}}, {8, 8}));
+  ASSERT_GT(countSegments(checked.schedule, SegmentMethod::Broadcast), 0);
+  EXPECT_EQ(checked.stats.directBroadcastRows, 0);
+  EXPECT_GT(checked.stats.stridedRows, 0);
+  EXPECT_GT(*std::max_element(checked.schedule.stagingBytes.begin(),
+                              checked.schedule.stagingBytes.end()),
+            0);
 }
 
 TEST(DeviceSchedule, SingleDeviceBroadcastsToMesh) {
@@ -1534,6 +1585,7 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
     reductions += plan->reducesInPlace;
     rank4 += c.source.shape().size() == 4;
     totals.broadcastSegments += checked.stats.broadcastSegments;
+    totals.directBroadcastRows += checked.stats.directBroadcastRows;
     totals.sendRecvSegments += checked.stats.sendRecvSegments;
     totals.stridedRows += checked.stats.stridedRows;
     totals.zeroRows += checked.stats.zeroRows;
@@ -1550,6 +1602,7 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   EXPECT_GT(reductions, 50);
   EXPECT_GT(rank4, 25);
   EXPECT_GT(totals.broadcastSegments, 20);
+  EXPECT_GT(totals.directBroadcastRows, 5);
   EXPECT_GT(totals.sendRecvSegments, 300);
   EXPECT_GT(totals.stridedRows, 100);
   EXPECT_GT(totals.zeroRows, 20);
@@ -1562,6 +1615,7 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   RecordProperty("reductions", reductions);
   RecordProperty("rank4", rank4);
   RecordProperty("broadcast_segments", totals.broadcastSegments);
+  RecordProperty("direct_broadcast_rows", totals.directBroadcastRows);
   RecordProperty("send_recv_segments", totals.sendRecvSegments);
   RecordProperty("strided_rows", totals.stridedRows);
   RecordProperty("zero_rows", totals.zeroRows);
