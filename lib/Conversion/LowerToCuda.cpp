@@ -38,6 +38,8 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Target/LLVM/NVVM/Target.h"
@@ -80,6 +82,10 @@ public:
   /// (bytes), then the total number of units.
   gpu::GPUFuncOp get(KernelKind kind, int64_t outer, int64_t unitBytes,
                      Type element);
+  /// `fill_u<elementBytes>`: writes the low `elementBytes` bytes of a
+  /// pattern into `count` consecutive elements. Arguments: dst, pattern
+  /// (i64), count.
+  gpu::GPUFuncOp getFill(int64_t elementBytes);
 
 private:
   gpu::GPUModuleOp kernelModule();
@@ -219,6 +225,50 @@ gpu::GPUFuncOp KernelBuilder::get(KernelKind kind, int64_t outer,
   return kernel;
 }
 
+gpu::GPUFuncOp KernelBuilder::getFill(int64_t elementBytes) {
+  std::string name = "fill_u" + std::to_string(elementBytes);
+  if (gpu::GPUFuncOp existing = kernels.lookup(name))
+    return existing;
+  OpBuilder builder = OpBuilder::atBlockEnd(kernelModule().getBody());
+  Location loc = module.getLoc();
+  Type ptr = LLVM::LLVMPointerType::get(module.getContext());
+  Type i64 = builder.getI64Type();
+  auto kernel = gpu::GPUFuncOp::create(
+      builder, loc, name, builder.getFunctionType({ptr, i64, i64}, {}));
+  kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
+                  builder.getUnitAttr());
+  Block &entry = kernel.getBody().front();
+  builder.setInsertionPointToStart(&entry);
+  Emitter e(builder, loc);
+  Value dst = entry.getArgument(0), pattern = entry.getArgument(1);
+  Value count = entry.getArgument(2);
+  auto dim = [&](auto op) { return e.toI64(op); };
+  Value first = e.add(
+      e.mul(dim(gpu::BlockIdOp::create(builder, loc, gpu::Dimension::x)),
+            dim(gpu::BlockDimOp::create(builder, loc, gpu::Dimension::x))),
+      dim(gpu::ThreadIdOp::create(builder, loc, gpu::Dimension::x)));
+  Value stride =
+      e.mul(dim(gpu::GridDimOp::create(builder, loc, gpu::Dimension::x)),
+            dim(gpu::BlockDimOp::create(builder, loc, gpu::Dimension::x)));
+  Type unit = builder.getIntegerType(8 * elementBytes);
+  Value value =
+      elementBytes == 8
+          ? pattern
+          : arith::TruncIOp::create(builder, loc, unit, pattern).getResult();
+  auto forOp = scf::ForOp::create(builder, loc, first, count, stride);
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPoint(forOp.getBody()->getTerminator());
+    Value at = LLVM::GEPOp::create(
+        builder, loc, ptr, builder.getI8Type(), dst,
+        ValueRange{e.mul(forOp.getInductionVar(), e.i64(elementBytes))});
+    LLVM::StoreOp::create(builder, loc, value, at, elementBytes);
+  }
+  gpu::ReturnOp::create(builder, loc);
+  kernels[name] = kernel;
+  return kernel;
+}
+
 class CudaLowering {
 public:
   CudaLowering(ModuleOp module, StringRef chip, StringRef features)
@@ -232,16 +282,89 @@ private:
   LLVM::LLVMFuncOp fn(StringRef name, Type result, ArrayRef<Type> args) {
     return declareFunction(module, name, result, args);
   }
+  /// The address of a NUL-terminated constant string, one global per text.
+  Value cString(OpBuilder &builder, Location loc, StringRef text);
+  /// Passes an NCCL call's result to polymesh_rt_nccl_check: the runtime's
+  /// communicators are non-blocking, so ncclInProgress must be waited out
+  /// before the next call, and errors must reach the runtime.
+  void checkNccl(OpBuilder &builder, Location loc, Value result, Value comm,
+                 StringRef call);
+  /// Fills `bytes / elementBytes` elements at `dst` with `pattern`.
+  void fill(OpBuilder &builder, Location loc, Value dst, int64_t bytes,
+            int64_t elementBytes, uint64_t pattern);
 
   ModuleOp module;
   PlanTableBuilder tables;
   KernelBuilder kernels;
   // Per function being lowered.
   Value runtime, device, position, stream, streamToken, worldComm;
+  /// Host images of non-splat constants, numbered per module.
+  int64_t constantCount = 0;
 };
 
 int64_t byteSize(RankedTensorType type, int64_t elementBytes) {
   return type.getNumElements() * elementBytes;
+}
+
+Value CudaLowering::cString(OpBuilder &builder, Location loc, StringRef text) {
+  std::string name = ("__polymesh_text_" + text).str();
+  auto global = module.lookupSymbol<LLVM::GlobalOp>(name);
+  if (!global) {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(module.getBody());
+    std::string value = text.str();
+    value.push_back('\0');
+    auto type = LLVM::LLVMArrayType::get(builder.getI8Type(), value.size());
+    global = LLVM::GlobalOp::create(builder, loc, type, /*isConstant=*/true,
+                                    LLVM::Linkage::Private, name,
+                                    builder.getStringAttr(value));
+  }
+  return LLVM::AddressOfOp::create(builder, loc, global);
+}
+
+void CudaLowering::checkNccl(OpBuilder &builder, Location loc, Value result,
+                             Value comm, StringRef call) {
+  MLIRContext *context = builder.getContext();
+  Type ptrType = LLVM::LLVMPointerType::get(context);
+  Type i32Type = builder.getI32Type();
+  LLVM::LLVMFuncOp check =
+      fn("polymesh_rt_nccl_check", i32Type,
+         {ptrType, builder.getI64Type(), ptrType, i32Type, ptrType});
+  LLVM::CallOp::create(
+      builder, loc, check,
+      ValueRange{runtime, device, comm, result, cString(builder, loc, call)});
+}
+
+void CudaLowering::fill(OpBuilder &builder, Location loc, Value dst,
+                        int64_t bytes, int64_t elementBytes, uint64_t pattern) {
+  int64_t count = bytes / elementBytes;
+  if (count <= 0)
+    return;
+  Emitter e(builder, loc);
+  gpu::GPUFuncOp kernel = kernels.getFill(elementBytes);
+  int64_t blocks =
+      std::min((count + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxBlocks);
+  Value one = e.index(1);
+  gpu::LaunchFuncOp::create(
+      builder, loc,
+      SymbolRefAttr::get(builder.getStringAttr(kKernelModule),
+                         {FlatSymbolRefAttr::get(kernel.getNameAttr())}),
+      gpu::KernelDim3{e.index(blocks), one, one},
+      gpu::KernelDim3{e.index(kThreadsPerBlock), one, one},
+      /*dynamicSharedMemorySize=*/Value(),
+      ValueRange{dst, e.i64(static_cast<int64_t>(pattern)), e.i64(count)},
+      gpu::AsyncTokenType::get(builder.getContext()), ValueRange{streamToken});
+}
+
+/// The bit pattern of `value` in memory (little-endian, element-sized; i1
+/// as one byte).
+uint64_t bitsOf(Attribute value) {
+  if (auto integer = dyn_cast<IntegerAttr>(value))
+    return integer.getValue().getZExtValue() &
+           (integer.getType().isInteger(1) ? 1 : ~uint64_t(0));
+  if (auto floating = dyn_cast<FloatAttr>(value))
+    return floating.getValue().bitcastToAPInt().getZExtValue();
+  return 0;
 }
 
 int64_t elementBytesOf(Type element) {
@@ -453,13 +576,22 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
             e.ifThenElse(
                 e.eq(commColumn(row, kCommKind), 0),
                 [&]() {
-                  call(sendFn, {at, bytes, uint8, rank, worldComm, stream});
+                  checkNccl(
+                      builder, loc,
+                      call(sendFn, {at, bytes, uint8, rank, worldComm, stream})
+                          .getResult(),
+                      worldComm, "ncclSend");
                 },
                 [&]() {
-                  call(recvFn, {at, bytes, uint8, rank, worldComm, stream});
+                  checkNccl(
+                      builder, loc,
+                      call(recvFn, {at, bytes, uint8, rank, worldComm, stream})
+                          .getResult(),
+                      worldComm, "ncclRecv");
                 });
           });
-          call(groupEnd, {});
+          checkNccl(builder, loc, call(groupEnd, {}).getResult(), worldComm,
+                    "ncclGroupEnd");
         });
       } else if (segment.method == planner::SegmentMethod::Broadcast) {
         int64_t numMembers = segment.members.size();
@@ -471,8 +603,11 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                   .getResult();
           Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
                                      commColumn(row, kStagingOffset)));
-          call(broadcastFn, {at, at, commColumn(row, kBytes), uint8,
-                             rankOf(row), comm, stream});
+          checkNccl(builder, loc,
+                    call(broadcastFn, {at, at, commColumn(row, kBytes), uint8,
+                                       rankOf(row), comm, stream})
+                        .getResult(),
+                    comm, "ncclBroadcast");
         });
       } else if (isCollective(segment.method)) {
         // NCCL's in-place forms on the members' communicator: the rank
@@ -496,16 +631,25 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                                                e.i64(schedule.elementBytes));
           switch (segment.method) {
           case planner::SegmentMethod::AllGather:
-            call(allGatherFn,
-                 {e.pointer(own), e.pointer(at), bytes, uint8, comm, stream});
+            checkNccl(builder, loc,
+                      call(allGatherFn, {e.pointer(own), e.pointer(at), bytes,
+                                         uint8, comm, stream})
+                          .getResult(),
+                      comm, "ncclAllGather");
             break;
           case planner::SegmentMethod::AllReduce:
-            call(allReduceFn, {e.pointer(at), e.pointer(at), count, dtype, sum,
-                               comm, stream});
+            checkNccl(builder, loc,
+                      call(allReduceFn, {e.pointer(at), e.pointer(at), count,
+                                         dtype, sum, comm, stream})
+                          .getResult(),
+                      comm, "ncclAllReduce");
             break;
           default:
-            call(reduceScatterFn, {e.pointer(at), e.pointer(own), count, dtype,
-                                   sum, comm, stream});
+            checkNccl(builder, loc,
+                      call(reduceScatterFn, {e.pointer(at), e.pointer(own),
+                                             count, dtype, sum, comm, stream})
+                          .getResult(),
+                      comm, "ncclReduceScatter");
             break;
           }
         });
@@ -527,14 +671,81 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
   Type voidType = LLVM::LLVMVoidType::get(context);
   Block &body = function.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
-  for (Operation &op : body) {
-    if (isa<ExchangeOp, func::ReturnOp>(op))
-      continue;
-    return op.emitError()
-           << "cannot be lowered to CUDA: the cuda target lowers data "
-              "movement only for now (computation would need its own "
-              "kernels)";
-  }
+  // Besides exchanges the CUDA target places data, it does not compute:
+  // dense constants (a fill kernel for a splat, an upload otherwise), a
+  // tensor.empty filled by linalg.fill of a constant scalar, and reshapes
+  // (expand_shape, collapse_shape: row-major tiles, so the same bytes).
+  // Partitioning slices a constant that is not a splat at offsets it reads
+  // from a table of index constants, indexed by the device's position.
+  auto isOffsetTable = [](Value value) {
+    auto constant = value.getDefiningOp<arith::ConstantOp>();
+    auto type = dyn_cast<RankedTensorType>(value.getType());
+    return constant && type && type.getElementType().isIndex() &&
+           isa<DenseIntElementsAttr>(constant.getValue());
+  };
+  auto isTableRead = [&](Operation *op) {
+    auto extract = dyn_cast_or_null<tensor::ExtractOp>(op);
+    return extract && isOffsetTable(extract.getTensor());
+  };
+  auto placesData = [&](Operation &op) -> bool {
+    if (isa<ExchangeOp, func::ReturnOp, tensor::ExpandShapeOp,
+            tensor::CollapseShapeOp>(op))
+      return true;
+    auto elementOk = [](Type type) {
+      auto shaped = dyn_cast<RankedTensorType>(type);
+      Type element = shaped ? shaped.getElementType() : type;
+      return element.isIntOrFloat();
+    };
+    if (auto extract = dyn_cast<tensor::ExtractOp>(op))
+      return isTableRead(&op) &&
+             llvm::all_of(extract.getIndices(), [&](Value index) {
+               return index == function.getArgument(2) ||
+                      index.getDefiningOp<arith::ConstantIndexOp>();
+             });
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+      auto constant = slice.getSource().getDefiningOp<arith::ConstantOp>();
+      return constant && isa<DenseIntOrFPElementsAttr>(constant.getValue()) &&
+             slice.hasUnitStride() && slice.getType().hasStaticShape() &&
+             slice.getSourceType().getRank() == slice.getType().getRank() &&
+             llvm::all_of(slice.getOffsets(), [&](Value offset) {
+               return isTableRead(offset.getDefiningOp()) ||
+                      offset.getDefiningOp<arith::ConstantIndexOp>();
+             });
+    }
+    if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
+      if (isOffsetTable(constant.getResult()))
+        return llvm::all_of(constant->getUsers(), isTableRead);
+      if (isa<RankedTensorType>(constant.getType()))
+        return isa<DenseIntOrFPElementsAttr>(constant.getValue()) &&
+               elementOk(constant.getType());
+      // A scalar only as the value of a fill, or an index into a table.
+      return llvm::all_of(constant->getUses(), [&](OpOperand &use) {
+        auto fill = dyn_cast<linalg::FillOp>(use.getOwner());
+        if (fill)
+          return use.getOperandNumber() == 0 && elementOk(constant.getType());
+        return constant.getType().isIndex() &&
+               (isTableRead(use.getOwner()) ||
+                isa<tensor::ExtractSliceOp>(use.getOwner()));
+      });
+    }
+    if (auto empty = dyn_cast<tensor::EmptyOp>(op))
+      return llvm::all_of(empty->getUses(), [](OpOperand &use) {
+        auto fill = dyn_cast<linalg::FillOp>(use.getOwner());
+        return fill && use.getOperandNumber() == 1;
+      });
+    if (auto fill = dyn_cast<linalg::FillOp>(op))
+      return fill.getNumResults() == 1 &&
+             fill.getInputs()[0].getDefiningOp<arith::ConstantOp>() &&
+             fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() &&
+             elementOk(fill.getResult(0).getType());
+    return false;
+  };
+  for (Operation &op : body)
+    if (!placesData(op))
+      return op.emitError()
+             << "cannot be lowered to CUDA: the cuda target moves and places "
+                "data (exchanges, dense constants, fills of a constant, "
+                "reshapes) but has no kernels for computation yet";
   if (function.getNumArguments() < 3)
     return function.emitError() << "is not a partitioned function";
 
@@ -600,17 +811,10 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
   };
   SmallVector<Value> temporaries;
   llvm::DenseSet<unsigned> written;
-  for (Operation &op : body) {
-    auto exchange = dyn_cast<ExchangeOp>(op);
-    if (!exchange)
-      continue;
-    auto resultType = cast<RankedTensorType>(exchange.getType());
-    int64_t bytes =
-        byteSize(resultType, elementBytesOf(resultType.getElementType()));
-    // Write straight into the caller's buffer when the value is returned
-    // once and used nowhere else.
+  // Where `result` is made: straight in the caller's buffer when it is
+  // returned once and used nowhere else, else in a temporary.
+  auto destinationOf = [&](Value result, int64_t bytes) {
     Value dst;
-    Value result = exchange.getResult();
     if (result.hasOneUse() && result.getUses().begin()->getOwner() == ret) {
       unsigned index = result.getUses().begin()->getOperandNumber();
       dst = outPointer(index);
@@ -621,10 +825,164 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
                 .getResult();
       temporaries.push_back(dst);
     }
-    if (failed(lowerExchange(exchange, builder,
-                             pointerOf.lookup(exchange.getInput()), dst)))
-      return failure();
     pointerOf[result] = dst;
+    return dst;
+  };
+  auto bytesOf = [](Value value) {
+    auto type = cast<RankedTensorType>(value.getType());
+    return byteSize(type, elementBytesOf(type.getElementType()));
+  };
+  // Table reads (i64 on the host) and the tables' globals.
+  llvm::DenseMap<Value, Value> scalarOf;
+  llvm::DenseMap<Value, std::pair<std::string, SmallVector<int64_t>>> tableOf;
+  for (Operation &op : body) {
+    if (auto constant = dyn_cast<arith::ConstantOp>(op);
+        constant && isOffsetTable(constant.getResult())) {
+      auto type = cast<RankedTensorType>(constant.getType());
+      SmallVector<int64_t> values;
+      for (const APInt &value :
+           cast<DenseIntElementsAttr>(constant.getValue()).getValues<APInt>())
+        values.push_back(value.getSExtValue());
+      std::string name = tables.addGlobal((function.getSymName() + "__offsets" +
+                                           std::to_string(constantCount++))
+                                              .str(),
+                                          type.getShape(), values);
+      tableOf[constant.getResult()] = {name,
+                                       SmallVector<int64_t>(type.getShape())};
+      continue;
+    }
+    if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
+      const auto &[name, shape] = tableOf.lookup(extract.getTensor());
+      SmallVector<Value> indices;
+      for (Value index : extract.getIndices())
+        indices.push_back(
+            index == function.getArgument(2)
+                ? position
+                : e.index(
+                      index.getDefiningOp<arith::ConstantIndexOp>().value()));
+      scalarOf[extract.getResult()] = e.load(e.global(name, shape), indices);
+      continue;
+    }
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+      // A strided copy of the box out of the constant's device copy.
+      Value result = slice.getResult();
+      int64_t bytes = bytesOf(result);
+      Value dst = destinationOf(result, bytes);
+      if (bytes == 0)
+        continue;
+      RankedTensorType sourceType = slice.getSourceType();
+      int64_t elementBytes = elementBytesOf(sourceType.getElementType());
+      int64_t rank = sourceType.getRank();
+      SmallVector<int64_t> srcStrides(rank, elementBytes),
+          dstStrides(rank, elementBytes);
+      for (int64_t d = rank - 2; d >= 0; --d) {
+        srcStrides[d] = srcStrides[d + 1] * sourceType.getDimSize(d + 1);
+        dstStrides[d] = dstStrides[d + 1] * slice.getType().getDimSize(d + 1);
+      }
+      Value from = LLVM::PtrToIntOp::create(builder, loc, i64Type,
+                                            pointerOf.lookup(slice.getSource()))
+                       .getResult();
+      for (auto [d, offset] : llvm::enumerate(slice.getMixedOffsets())) {
+        Value at;
+        if (auto value = dyn_cast<Value>(offset))
+          at = scalarOf.count(value)
+                   ? scalarOf.lookup(value)
+                   : e.i64(
+                         value.getDefiningOp<arith::ConstantIndexOp>().value());
+        else
+          at = e.i64(cast<IntegerAttr>(cast<Attribute>(offset)).getInt());
+        from = e.add(from, e.mul(at, e.i64(srcStrides[d])));
+      }
+      int64_t outer = std::max<int64_t>(rank - 1, 0);
+      int64_t runUnits =
+          (rank == 0 ? 1 : slice.getType().getDimSize(rank - 1)) * elementBytes;
+      SmallVector<Value> args = {e.pointer(from), dst, e.i64(runUnits)};
+      for (int64_t d = 0; d < outer; ++d)
+        args.push_back(e.i64(slice.getType().getDimSize(d)));
+      for (int64_t d = 0; d < outer; ++d)
+        args.push_back(e.i64(srcStrides[d]));
+      for (int64_t d = 0; d < outer; ++d)
+        args.push_back(e.i64(dstStrides[d]));
+      args.push_back(e.i64(bytes));
+      gpu::GPUFuncOp kernel =
+          kernels.get(KernelKind::Copy, outer, /*unitBytes=*/1, Type());
+      Value one = e.index(1);
+      gpu::LaunchFuncOp::create(
+          builder, loc,
+          SymbolRefAttr::get(builder.getStringAttr(kKernelModule),
+                             {FlatSymbolRefAttr::get(kernel.getNameAttr())}),
+          gpu::KernelDim3{e.index(std::min((bytes + kThreadsPerBlock - 1) /
+                                               kThreadsPerBlock,
+                                           kMaxBlocks)),
+                          one, one},
+          gpu::KernelDim3{e.index(kThreadsPerBlock), one, one},
+          /*dynamicSharedMemorySize=*/Value(), args,
+          gpu::AsyncTokenType::get(context), ValueRange{streamToken});
+      continue;
+    }
+    if (auto exchange = dyn_cast<ExchangeOp>(op)) {
+      Value result = exchange.getResult();
+      Value dst = destinationOf(result, bytesOf(result));
+      if (failed(lowerExchange(exchange, builder,
+                               pointerOf.lookup(exchange.getInput()), dst)))
+        return failure();
+      continue;
+    }
+    if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op)) {
+      pointerOf[op.getResult(0)] = pointerOf.lookup(op.getOperand(0));
+      continue;
+    }
+    if (auto fillOp = dyn_cast<linalg::FillOp>(op)) {
+      Value result = fillOp.getResult(0);
+      auto type = cast<RankedTensorType>(result.getType());
+      auto value =
+          fillOp.getInputs()[0].getDefiningOp<arith::ConstantOp>().getValue();
+      fill(builder, loc, destinationOf(result, bytesOf(result)),
+           bytesOf(result), elementBytesOf(type.getElementType()),
+           bitsOf(value));
+      continue;
+    }
+    auto constant = dyn_cast<arith::ConstantOp>(op);
+    if (!constant || !isa<RankedTensorType>(constant.getType()))
+      continue;
+    Value result = constant.getResult();
+    auto dense = cast<DenseIntOrFPElementsAttr>(constant.getValue());
+    int64_t elementBytes = elementBytesOf(dense.getElementType());
+    int64_t bytes = bytesOf(result);
+    Value dst = destinationOf(result, bytes);
+    if (bytes == 0)
+      continue;
+    if (dense.isSplat()) {
+      fill(builder, loc, dst, bytes, elementBytes,
+           bitsOf(dense.getSplatValue<Attribute>()));
+      continue;
+    }
+    // The elements in memory order, uploaded from a host constant.
+    std::string image;
+    image.reserve(bytes);
+    for (Attribute element : dense.getValues<Attribute>()) {
+      uint64_t bits = bitsOf(element);
+      for (int64_t b = 0; b < elementBytes; ++b)
+        image.push_back(static_cast<char>((bits >> (8 * b)) & 0xff));
+    }
+    std::string name;
+    {
+      OpBuilder::InsertionGuard guard(builder);
+      builder.setInsertionPointToStart(module.getBody());
+      name = (function.getSymName() + "__constant" +
+              std::to_string(constantCount++))
+                 .str();
+      LLVM::GlobalOp::create(
+          builder, loc, LLVM::LLVMArrayType::get(builder.getI8Type(), bytes),
+          /*isConstant=*/true, LLVM::Linkage::Private, name,
+          builder.getStringAttr(image));
+    }
+    LLVM::LLVMFuncOp upload = fn("polymesh_rt_device_upload", i32Type,
+                                 {ptrType, i64Type, ptrType, ptrType, i64Type});
+    Value source = LLVM::AddressOfOp::create(builder, loc, ptrType, name);
+    LLVM::CallOp::create(
+        builder, loc, upload,
+        ValueRange{runtime, device, dst, source, e.i64(bytes)});
   }
   for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
     if (written.count(index))

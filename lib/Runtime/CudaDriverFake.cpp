@@ -30,7 +30,7 @@ constexpr int kInvalidHandle = 400;  // CUDA_ERROR_INVALID_HANDLE
 constexpr int kNotFound = 500;       // CUDA_ERROR_NOT_FOUND
 constexpr int kLaunchFailed = 719;   // CUDA_ERROR_LAUNCH_FAILED
 
-enum class KernelKind { Copy, Zero, Accumulate };
+enum class KernelKind { Copy, Zero, Accumulate, Fill };
 
 struct FakeFunction {
   std::string name;
@@ -66,10 +66,19 @@ void *contextOf(int device) {
   return reinterpret_cast<void *>(static_cast<intptr_t>(device) + 1);
 }
 
-/// Parses `copy_outer1_u16`, `zero_outer0_u1`, `accumulate_outer2_bf16`.
+/// Parses `copy_outer1_u16`, `zero_outer0_u1`, `accumulate_outer2_bf16`,
+/// `fill_u4`.
 std::optional<FakeFunction> parseKernel(const std::string &name) {
   FakeFunction f;
   f.name = name;
+  if (name.rfind("fill_u", 0) == 0) {
+    f.kind = KernelKind::Fill;
+    f.unitBytes = std::stoll(name.substr(6));
+    if (f.unitBytes != 1 && f.unitBytes != 2 && f.unitBytes != 4 &&
+        f.unitBytes != 8)
+      return std::nullopt;
+    return f;
+  }
   std::string rest;
   for (auto [prefix, kind] :
        {std::pair{"copy_outer", KernelKind::Copy},
@@ -205,6 +214,14 @@ int fakeModuleGetFunction(void **function, void *module, const char *name) {
 void runKernel(const FakeFunction &f, void **params) {
   auto pointer = [&](int i) { return *static_cast<char **>(params[i]); };
   auto scalar = [&](int64_t i) { return *static_cast<int64_t *>(params[i]); };
+  if (f.kind == KernelKind::Fill) {
+    // (dst, pattern, count): the pattern's low unitBytes bytes, per element.
+    char *dst = pointer(0);
+    uint64_t pattern = static_cast<uint64_t>(scalar(1));
+    for (int64_t i = 0, count = scalar(2); i < count; ++i)
+      std::memcpy(dst + i * f.unitBytes, &pattern, f.unitBytes);
+    return;
+  }
   char *src = pointer(0), *dst = pointer(1);
   int64_t runUnits = scalar(2);
   int64_t total = scalar(3 + 3 * f.outer);
@@ -228,6 +245,8 @@ void runKernel(const FakeFunction &f, void **params) {
       break;
     case KernelKind::Zero:
       std::memset(dst + dstOffset, 0, bytes);
+      break;
+    case KernelKind::Fill:
       break;
     case KernelKind::Accumulate:
       if (f.element) {

@@ -12,7 +12,8 @@
 // on the host, interpreted from their names and the argument ABI that
 // LowerToCuda.cpp defines (copy_outer<k>_u<bytes>, zero_outer<k>_u<bytes>,
 // accumulate_outer<k>_<type>: src, dst, units per run, per loop its count,
-// src stride and dst stride in bytes, then the total number of units). What
+// src stride and dst stride in bytes, then the total number of units;
+// fill_u<bytes>: dst, the element's bit pattern, the element count). What
 // it cannot check is the PTX itself; ptxas does that (lower-to-cuda-ptxas).
 //
 // The simulation is strict where the driver is lenient: a kernel that the

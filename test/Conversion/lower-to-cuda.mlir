@@ -20,7 +20,9 @@ polymesh.mesh @train = <["dp"=4, "tp"=2]>
 // CHECK: gpu.launch_func <%[[STREAM]] : !llvm.ptr> @polymesh_kernels::@copy_outer1_u16
 // CHECK: gpu.launch_func <%[[STREAM]] : !llvm.ptr> @polymesh_kernels::@copy_outer1_u1
 // CHECK: llvm.call @ncclBroadcast
+// CHECK: llvm.call @polymesh_rt_nccl_check
 // CHECK: llvm.call @ncclBroadcast
+// CHECK: llvm.call @polymesh_rt_nccl_check
 // CHECK: llvm.call @polymesh_rt_device_synchronize
 // CHECK-NOT: polymesh.
 // CHECK: gpu.binary @polymesh_kernels  [#gpu.object<#nvvm.target<chip = "sm_90", features = "+ptx80">, properties = {O = 2 : i32}, assembly = "
@@ -48,11 +50,21 @@ func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding
 polymesh.mesh @a = <["x"=2], device_ids=[0, 1]>
 polymesh.mesh @b = <["x"=2], device_ids=[3, 2]>
 
+// Every NCCL result goes to polymesh_rt_nccl_check with its communicator and
+// its name: the runtime's communicators are non-blocking, so ncclInProgress
+// is waited out there before the next call.
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_text_ncclSend("ncclSend\00")
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_text_ncclGroupEnd("ncclGroupEnd\00")
 // CHECK-LABEL: llvm.func @permute__part0(
+// CHECK: %[[NAME:.*]] = llvm.mlir.addressof @__polymesh_text_ncclSend
+// CHECK: %[[WORLD:.*]] = llvm.call @polymesh_rt_nccl_comm
 // CHECK: llvm.call @ncclGroupStart
-// CHECK: llvm.call @ncclSend
+// CHECK: %[[SENT:.*]] = llvm.call @ncclSend({{.*}}, %[[WORLD]], {{.*}})
+// CHECK: llvm.call @polymesh_rt_nccl_check({{.*}}, %[[WORLD]], %[[SENT]], %[[NAME]])
 // CHECK: llvm.call @ncclRecv
-// CHECK: llvm.call @ncclGroupEnd
+// CHECK: llvm.call @polymesh_rt_nccl_check
+// CHECK: %[[ENDED:.*]] = llvm.call @ncclGroupEnd
+// CHECK: llvm.call @polymesh_rt_nccl_check({{.*}}, %[[WORLD]], %[[ENDED]],
 // CHECK-NOT: llvm.call @ncclBroadcast
 // CHECK-NOT: gpu.launch_func
 // CHECK-NOT: gpu.binary
@@ -89,4 +101,44 @@ func.func @sum(%p: tensor<4x4xbf16> {polymesh.sharding = #polymesh.sharding<@m4,
     -> (tensor<4x4xbf16> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {}]>},
         tensor<6x4xbf16> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>}) {
   return %p, %q : tensor<4x4xbf16>, tensor<6x4xbf16>
+}
+
+// -----
+
+// Data placement: a splat constant is a fill kernel written straight into
+// the caller's buffer (f32 1.0 = 0x3F800000), a linalg.fill of a constant
+// too (i1 true as one byte), a reshape aliases its operand, and a constant
+// that is not a splat is uploaded once from a host image and sliced at the
+// offsets partitioning tabulated per position (a strided copy kernel).
+polymesh.mesh @m2 = <["x"=2]>
+
+// CHECK-DAG: llvm.mlir.global private constant @place__part0__constant1("\01\00\00\00\02\00\00\00\03\00\00\00\04\00\00\00\05\00\00\00\06\00\00\00\07\00\00\00\08\00\00\00")
+// CHECK-DAG: llvm.mlir.global private constant @place__part0__offsets0(dense<{{\[\[}}0, 0], [2, 0]]> : tensor<2x2xi64>)
+// CHECK-LABEL: llvm.func @place__part0(
+// CHECK-SAME: %[[RT:[^:]*]]: !llvm.ptr, %[[DEV:[^:]*]]: i64, %[[POS:[^:]*]]: i64, %[[A:[^:]*]]: !llvm.ptr, %[[ONES_OUT:[^:]*]]: !llvm.ptr, %[[FLAGS_OUT:[^:]*]]: !llvm.ptr, %[[TABLE_OUT:[^:]*]]: !llvm.ptr, %[[E_OUT:[^:]*]]: !llvm.ptr)
+// CHECK-DAG: %[[ONES:.*]] = llvm.mlir.constant(1065353216 : i64) : i64
+// CHECK-DAG: %[[IMAGE:.*]] = llvm.mlir.addressof @place__part0__constant1
+// CHECK: gpu.launch_func <%{{.*}} : !llvm.ptr> @polymesh_kernels::@fill_u4 {{.*}} args(%[[ONES_OUT]] : !llvm.ptr, %[[ONES]] : i64,
+// CHECK: gpu.launch_func <%{{.*}} : !llvm.ptr> @polymesh_kernels::@fill_u1 {{.*}} args(%[[FLAGS_OUT]] : !llvm.ptr,
+// CHECK: %[[COPY:.*]] = llvm.call @polymesh_rt_device_alloc
+// CHECK: llvm.call @polymesh_rt_device_upload(%[[RT]], %[[DEV]], %[[COPY]], %[[IMAGE]],
+// CHECK: gpu.launch_func <%{{.*}} : !llvm.ptr> @polymesh_kernels::@copy_outer1_u1 {{.*}} args(%{{.*}} : !llvm.ptr, %[[TABLE_OUT]] : !llvm.ptr,
+// CHECK: llvm.call @polymesh_rt_device_copy(%[[RT]], %[[DEV]], %[[E_OUT]], %[[A]],
+// CHECK: llvm.call @polymesh_rt_device_synchronize
+// CHECK: llvm.call @polymesh_rt_device_free(%[[RT]], %[[DEV]], %[[COPY]])
+// PTX: .visible .entry fill_u4(
+// PTX: st.global.b32
+// PTX: .visible .entry fill_u1(
+func.func @place(%a: tensor<4x6xf32> {polymesh.sharding = #polymesh.sharding<@m2, [{"x"}, {}]>})
+    -> (tensor<8x4xf32> {polymesh.sharding = #polymesh.sharding<@m2, [{"x"}, {}]>},
+        tensor<8xi1> {polymesh.sharding = #polymesh.sharding<@m2, [{"x"}]>},
+        tensor<4x2xi32> {polymesh.sharding = #polymesh.sharding<@m2, [{"x"}, {}]>},
+        tensor<2x2x6xf32> {polymesh.sharding = #polymesh.sharding<@m2, [{"x"}, {}, {}]>}) {
+  %ones = arith.constant dense<1.0> : tensor<8x4xf32>
+  %true = arith.constant true
+  %empty = tensor.empty() : tensor<8xi1>
+  %flags = linalg.fill ins(%true : i1) outs(%empty : tensor<8xi1>) -> tensor<8xi1>
+  %table = arith.constant dense<[[1, 2], [3, 4], [5, 6], [7, 8]]> : tensor<4x2xi32>
+  %e = tensor.expand_shape %a [[0, 1], [2]] output_shape [2, 2, 6] : tensor<4x6xf32> into tensor<2x2x6xf32>
+  return %ones, %flags, %table, %e : tensor<8x4xf32>, tensor<8xi1>, tensor<4x2xi32>, tensor<2x2x6xf32>
 }

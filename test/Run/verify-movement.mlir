@@ -130,7 +130,7 @@ func.func @scalar(%a: tensor<f64> {polymesh.sharding = #polymesh.sharding<@dev3,
 // PART-NEXT:    13 passed, 0 failed
 // EXEC-NEXT:    @compute: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: --sharded-path=executor runs only functions that move data
 // EXEC-NEXT:    12 passed, 1 failed
-// CUDA-NEXT:    @compute: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: --polymesh-lower-to-cuda failed: verify-movement.mlir:[[#@LINE+5]]:8: cannot be lowered to CUDA: the cuda target lowers data movement only for now
+// CUDA-NEXT:    @compute: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: --polymesh-lower-to-cuda failed: verify-movement.mlir:[[#@LINE+5]]:8: cannot be lowered to CUDA: the cuda target moves and places data
 // CUDA-NEXT:    12 passed, 1 failed
 // COMPUTE:      @compute: 1 leaf, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, FAIL: not verified: --sharded-path=executor runs only functions that move data
 // COMPUTE-NEXT: 0 passed, 1 failed

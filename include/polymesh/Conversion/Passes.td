@@ -55,8 +55,8 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
 }
 
 def PolymeshLowerToCuda : Pass<"polymesh-lower-to-cuda", "mlir::ModuleOp"> {
-  let summary = "Lowers partitioned data movement to PTX kernels and NCCL "
-                "calls on the host";
+  let summary = "Lowers partitioned data movement and placement to PTX "
+                "kernels and NCCL calls on the host";
   let description = [{
     Runs after `--polymesh-partition`; the plan ops are the same as for the
     CPU, and so are the tables (`--polymesh-lower-to-cpu` describes them).
@@ -84,11 +84,24 @@ def PolymeshLowerToCuda : Pass<"polymesh-lower-to-cuda", "mlir::ModuleOp"> {
       `ncclRecv` (bytes, `ncclUint8`, the peer's rank in the world
       communicator of the program's devices), `ncclGroupEnd`; broadcast
       steps are `ncclBroadcast` in place on the communicator of the step's
-      members. Communicators come from `polymesh_rt_nccl_comm` (created once
-      per member list and cached by the runtime).
+      members, and steps of a collective's shape `ncclAllGather`,
+      `ncclAllReduce` or `ncclReduceScatter` in place (docs/codegen.md).
+      Communicators come from `polymesh_rt_nccl_comm` (created once per
+      member list and cached by the runtime). Every result goes to
+      `polymesh_rt_nccl_check` with its communicator: the runtime's
+      communicators are non-blocking, so `ncclInProgress` is waited out
+      before the next call, and errors become the runtime's error.
+    * **Data placement** besides exchanges: a splat constant, or a
+      `linalg.fill` of a constant into a `tensor.empty`, is a fill kernel
+      (the element's bit pattern, 1 to 8 bytes); any other dense constant is
+      uploaded from a host image (`polymesh_rt_device_upload`), and the
+      slice of it that partitioning takes at offsets read from a table of
+      index constants at the device's position is a strided copy kernel;
+      `tensor.expand_shape` and `tensor.collapse_shape` alias their operand
+      (tiles are row-major).
 
-    Only data movement is lowered: an op that computes is refused with a
-    diagnostic (it would need its own kernels). The host side is left in
+    Any other op computes and is refused with a diagnostic at the op (it
+    would need kernels of its own). The host side is left in
     the LLVM dialect with `gpu.launch_func` on a `gpu.binary`;
     `polymesh-translate --mlir-to-llvmir` turns it into LLVM IR whose
     launches call the `mgpu*` wrappers, and `--polymesh-to-ptx` prints the
