@@ -108,6 +108,14 @@ llvm::cl::opt<bool> simulateGpus(
                    "interpreted on the host"),
     llvm::cl::cat(runCategory));
 
+llvm::cl::opt<int> simulatedGpuCount(
+    "simulated-gpu-count",
+    llvm::cl::desc("With --simulate-gpus: the GPUs of the simulated machine "
+                   "(default 0: as many as each function has devices); a "
+                   "function with more devices is skipped, as on a real "
+                   "machine"),
+    llvm::cl::init(0), llvm::cl::cat(runCategory));
+
 llvm::cl::opt<bool>
     verifyResults("verify",
                   llvm::cl::desc("Compare every device's tile of every "
@@ -418,14 +426,20 @@ bool reportSharded(func::FuncOp func, llvm::Expected<ShardedOutcome> outcome,
 /// through `sharded` (the partitioned program), or with
 /// --sharded-path=executor through the plan executor on `planned` (its
 /// planned copy), and is compared with the reference. Returns whether it
-/// passed: it ran and, under --verify, every tile matched.
-bool runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
-                 func::FuncOp func, func::FuncOp planned) {
+/// passed: it ran and, under --verify, every tile matched; or was skipped:
+/// its sharded run needs more GPUs than this machine has.
+enum class Outcome { Passed, Failed, Skipped };
+
+/// GPUs of this machine under --backend=nccl (not simulated); -1 otherwise.
+int localGpus = -1;
+
+Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
+                    func::FuncOp func, func::FuncOp planned) {
   llvm::StringRef name = func.getSymName();
   llvm::outs() << "@" << name << ": ";
   auto fail = [&](llvm::Error error) {
     llvm::outs() << "FAIL: " << llvm::toString(std::move(error)) << "\n";
-    return false;
+    return Outcome::Failed;
   };
   auto signature = runner.getSignature(name);
   if (!signature)
@@ -444,12 +458,29 @@ bool runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
 
   size_t leaves = signature->results.size();
   llvm::outs() << leaves << (leaves == 1 ? " leaf" : " leaves");
-  bool passed = true;
+  Outcome outcome = Outcome::Passed;
+  // NCCL needs a GPU per device: a run that needs more is not a failure
+  // of the program, and is not a pass either.
+  if (verifyResults && sharded && localGpus >= 0) {
+    if (auto function = sharded->getFunction(name);
+        function &&
+        static_cast<int64_t>(function->devices.size()) > localGpus) {
+      llvm::outs() << ", reference " << llvm::format("%.3f", ms)
+                   << " ms, SKIPPED: needs " << function->devices.size()
+                   << " GPUs (one per device), this machine has " << localGpus
+                   << "\n";
+      return Outcome::Skipped;
+    } else if (!function) {
+      llvm::consumeError(function.takeError());
+    }
+  }
   if (verifyResults) {
-    passed = reportSharded(func,
-                           sharded ? runPartitioned(*sharded, name)
-                                   : runMovementOnly(planned, *signature),
-                           *results, ms);
+    outcome = reportSharded(func,
+                            sharded ? runPartitioned(*sharded, name)
+                                    : runMovementOnly(planned, *signature),
+                            *results, ms)
+                  ? Outcome::Passed
+                  : Outcome::Failed;
   } else {
     llvm::outs() << ", reference " << llvm::format("%.3f", ms) << " ms\n";
   }
@@ -461,7 +492,7 @@ bool runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
       llvm::outs() << ": " << result.toString(/*maxElements=*/8) << "\n";
     }
   }
-  return passed;
+  return outcome;
 }
 
 int runMain() {
@@ -474,10 +505,19 @@ int runMain() {
     llvm::errs() << "error: --simulate-gpus needs --backend=nccl\n";
     return 1;
   }
+  if (simulatedGpuCount != 0 && (!simulateGpus || simulatedGpuCount < 0)) {
+    llvm::errs() << "error: --simulated-gpu-count needs --simulate-gpus and "
+                    "a positive count\n";
+    return 1;
+  }
   if (backend == "nccl") {
 #if POLYMESH_HAVE_NCCL
     absl::StatusOr<int> gpus =
         simulateGpus ? absl::StatusOr<int>(1) : runtime::cudaDeviceCount();
+    if (gpus.ok() && !simulateGpus)
+      localGpus = *gpus;
+    if (simulateGpus && simulatedGpuCount > 0)
+      localGpus = simulatedGpuCount;
     if (!gpus.ok() || *gpus == 0) {
       llvm::outs() << "polymesh-run: skipped: "
                    << (gpus.ok() ? std::string("no CUDA device")
@@ -559,18 +599,31 @@ int runMain() {
     sharded = std::move(*created);
   }
 
-  int passed = 0, failedCount = 0;
+  int passed = 0, failedCount = 0, skipped = 0;
   for (const std::string &name : *names) {
-    if (runFunction(**runner, sharded.get(),
-                    module->lookupSymbol<func::FuncOp>(name),
-                    planned->lookupSymbol<func::FuncOp>(name)))
+    switch (runFunction(**runner, sharded.get(),
+                        module->lookupSymbol<func::FuncOp>(name),
+                        planned->lookupSymbol<func::FuncOp>(name))) {
+    case Outcome::Passed:
       ++passed;
-    else
+      break;
+    case Outcome::Failed:
       ++failedCount;
+      break;
+    case Outcome::Skipped:
+      ++skipped;
+      break;
+    }
   }
   llvm::outs() << passed << (verifyResults ? " passed, " : " ran, ")
-               << failedCount << " failed\n";
-  return failedCount == 0 ? 0 : 1;
+               << failedCount << " failed";
+  if (skipped)
+    llvm::outs() << ", " << skipped << " skipped";
+  llvm::outs() << "\n";
+  if (failedCount)
+    return 1;
+  // Everything skipped: nothing was checked, which is no pass.
+  return passed == 0 && skipped > 0 ? kSkippedExitCode : 0;
 }
 
 } // namespace
