@@ -79,7 +79,8 @@ public:
   /// A kernel over `outer` loops around runs of `unitBytes`-byte units (for
   /// Accumulate: elements of `element`). Arguments: src, dst (pointers),
   /// units per run, then per loop its count, src stride and dst stride
-  /// (bytes), then the total number of units.
+  /// (bytes), then the total number of units, which must be the product of
+  /// the counts and the units per run.
   gpu::GPUFuncOp get(KernelKind kind, int64_t outer, int64_t unitBytes,
                      Type element);
   /// `fill_u<elementBytes>`: writes the low `elementBytes` bytes of a
@@ -159,16 +160,27 @@ gpu::GPUFuncOp KernelBuilder::get(KernelKind kind, int64_t outer,
     OpBuilder::InsertionGuard guard(builder);
     builder.setInsertionPoint(forOp.getBody()->getTerminator());
     Value unit = forOp.getInductionVar();
-    Value inRun = arith::RemUIOp::create(builder, loc, unit, runUnits);
-    Value run = arith::DivUIOp::create(builder, loc, unit, runUnits);
     Value unitSize = e.i64(unitBytes);
+    // Integer division is the costly part of a memory-bound kernel: none
+    // without loops (one run: total == units per run), and none for the
+    // outermost loop, whose index is what is left of the run number.
+    Value inRun =
+        outer == 0
+            ? unit
+            : arith::RemUIOp::create(builder, loc, unit, runUnits).getResult();
+    Value run;
+    if (outer > 0)
+      run = arith::DivUIOp::create(builder, loc, unit, runUnits);
     Value srcOffset = e.mul(inRun, unitSize);
     Value dstOffset = srcOffset;
     // Innermost loop first: peel each loop's index off the run number.
     for (int64_t d = outer - 1; d >= 0; --d) {
       Value count = entry.getArgument(3 + d);
-      Value index = arith::RemUIOp::create(builder, loc, run, count);
-      run = arith::DivUIOp::create(builder, loc, run, count);
+      Value index = run;
+      if (d > 0) {
+        index = arith::RemUIOp::create(builder, loc, run, count);
+        run = arith::DivUIOp::create(builder, loc, run, count);
+      }
       srcOffset =
           e.add(srcOffset, e.mul(index, entry.getArgument(3 + outer + d)));
       dstOffset =
