@@ -36,13 +36,10 @@
 
 #include "polymesh/Conversion/Passes.h"
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+#include "polymesh/Execution/CudaTarget.h"
 #include "polymesh/Execution/InputFill.h"
-#include "polymesh/Execution/ShardedRunner.h"
-#include "polymesh/Runtime/CudaCodegenSymbols.h"
 #include "polymesh/Runtime/NcclBackend.h"
 #include "polymesh/Runtime/PolymeshCudaRuntime.h"
-
-#include "CudaDriverFake.h"
 #include "polymesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -258,30 +255,44 @@ struct PtxModule {
   std::string ptx;
 };
 
-/// Compiles kProgram through --polymesh-pipeline=target=cuda and returns the
-/// PTX of every gpu.binary (as polymesh-translate --polymesh-to-ptx).
-absl::StatusOr<std::vector<PtxModule>> compileKernels() {
+/// What the bundled programs use, with the sharding rules propagation needs.
+mlir::DialectRegistry programRegistry() {
   mlir::DialectRegistry registry;
   registry.insert<polymesh::PolymeshDialect, mlir::arith::ArithDialect,
                   mlir::func::FuncDialect, mlir::tensor::TensorDialect>();
   mlir::func::registerShardingInterfaceExternalModels(registry);
+  return registry;
+}
+
+/// The context's diagnostics as text, for error messages.
+class DiagnosticText {
+public:
+  explicit DiagnosticText(mlir::MLIRContext &context)
+      : stream(text), handler(&context, [this](mlir::Diagnostic &diagnostic) {
+          stream << diagnostic.getLocation() << ": " << diagnostic << "\n";
+          return mlir::success();
+        }) {}
+  const std::string &str() const { return text; }
+
+private:
+  std::string text;
+  llvm::raw_string_ostream stream;
+  mlir::ScopedDiagnosticHandler handler;
+};
+
+/// Compiles kProgram through --polymesh-pipeline=target=cuda and returns the
+/// PTX of every gpu.binary (as polymesh-translate --polymesh-to-ptx).
+absl::StatusOr<std::vector<PtxModule>> compileKernels() {
+  mlir::DialectRegistry registry = programRegistry();
   polymesh::registerCudaLoweringDialects(registry);
   mlir::MLIRContext context(registry);
-
-  std::string diagnostics;
-  llvm::raw_string_ostream diagnosticStream(diagnostics);
-  mlir::ScopedDiagnosticHandler handler(
-      &context, [&](mlir::Diagnostic &diagnostic) {
-        diagnosticStream << diagnostic.getLocation() << ": " << diagnostic
-                         << "\n";
-        return mlir::success();
-      });
+  DiagnosticText diagnostics(context);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(kProgram, &context,
                                               "gpu-bench.mlir");
   if (!module)
-    return absl::InternalError(
-        absl::StrCat("parsing the bundled program failed:\n", diagnostics));
+    return absl::InternalError(absl::StrCat(
+        "parsing the bundled program failed:\n", diagnostics.str()));
 
   polymesh::registerPolymeshPipelines();
   mlir::PassManager pm(&context);
@@ -292,8 +303,8 @@ absl::StatusOr<std::vector<PtxModule>> compileKernels() {
     return absl::InternalError(
         absl::StrCat("--polymesh-pipeline=target=cuda: ", pipelineErrors));
   if (mlir::failed(pm.run(*module)))
-    return absl::InternalError(
-        absl::StrCat("--polymesh-pipeline=target=cuda failed:\n", diagnostics));
+    return absl::InternalError(absl::StrCat(
+        "--polymesh-pipeline=target=cuda failed:\n", diagnostics.str()));
 
   std::vector<PtxModule> modules;
   for (auto binary : module->getOps<mlir::gpu::BinaryOp>())
@@ -786,48 +797,26 @@ absl::StatusOr<double> measureGeneratedBroadcastReshard(int gpus, int64_t bytes,
       "xf32> {polymesh.sharding = #polymesh.sharding<@all, [{}]>}) {\n"
       "  return %a : tensor<",
       elements, "xf32>\n}\n");
-  mlir::DialectRegistry registry;
-  registry.insert<polymesh::PolymeshDialect, mlir::arith::ArithDialect,
-                  mlir::func::FuncDialect, mlir::tensor::TensorDialect>();
-  mlir::func::registerShardingInterfaceExternalModels(registry);
-  mlir::MLIRContext context(registry);
-  std::string diagnostics;
-  llvm::raw_string_ostream diagnosticStream(diagnostics);
-  mlir::ScopedDiagnosticHandler handler(
-      &context, [&](mlir::Diagnostic &diagnostic) {
-        diagnosticStream << diagnostic.getLocation() << ": " << diagnostic
-                         << "\n";
-        return mlir::success();
-      });
+  mlir::MLIRContext context(programRegistry());
+  DiagnosticText diagnostics(context);
   mlir::OwningOpRef<mlir::ModuleOp> module =
       mlir::parseSourceString<mlir::ModuleOp>(program, &context,
                                               "broadcast-reshard.mlir");
   if (!module)
-    return absl::InternalError(
-        absl::StrCat("parsing the reshard program failed:\n", diagnostics));
+    return absl::InternalError(absl::StrCat(
+        "parsing the reshard program failed:\n", diagnostics.str()));
 
   namespace execution = polymesh::execution;
-  namespace runtime = polymesh::runtime;
   execution::ShardedRunnerOptions options;
-  options.target = execution::ShardedTarget::Cuda;
+  execution::useCudaTarget(options, simulate);
   options.warmup = true;
   options.timeoutMs = 120000;
-  options.cuda.createRuntime = simulate ? runtime::createSimulatedCodegenRuntime
-                                        : polymesh_rt_create_nccl;
-  options.cuda.alloc = polymesh_rt_device_alloc;
-  options.cuda.free = polymesh_rt_device_free;
-  options.cuda.upload = polymesh_rt_device_upload;
-  options.cuda.download = polymesh_rt_device_download;
-  for (const runtime::CodegenSymbol &symbol :
-       simulate ? runtime::simulatedCudaCodegenSymbols()
-                : runtime::cudaCodegenSymbols())
-    options.jit.symbols.emplace_back(symbol.name, symbol.address);
   auto runner =
       execution::ShardedRunner::create(*module, {"broadcast"}, options);
   if (!runner)
     return absl::InternalError(absl::StrCat(
         "compiling the reshard: ", llvm::toString(runner.takeError()), "\n",
-        diagnostics));
+        diagnostics.str()));
 
   execution::HostTensor expected = execution::makeInput(
       execution::ElementType::F32, {elements}, /*stream=*/0);

@@ -39,17 +39,8 @@ namespace polymesh::runtime {
 /// The simulated driver, over FakeNccl's streams (contexts are devices).
 const CudaDriverApi &fakeCudaDriverApi();
 
-/// cudaCodegenSymbols() with the simulated NCCL. The caller also switches
-/// the mgpu* wrappers to the simulated driver (setCudaDriverApi) and creates
-/// its runtimes over fakeNcclApi().
-std::vector<CodegenSymbol> simulatedCudaCodegenSymbols();
-
-/// polymesh_rt_create_nccl on simulated GPUs: simulates one GPU per device
-/// (FakeNccl::reset, so no other simulated runtime may be alive) and
-/// switches the mgpu* wrappers to the simulated driver. Never null.
-PolymeshRuntime *createSimulatedCodegenRuntime(const int64_t *deviceIds,
-                                               int64_t numDevices,
-                                               int64_t timeoutMs);
+// simulatedCudaCodegenSymbols() and createSimulatedCodegenRuntime() are
+// declared in polymesh/Runtime/CudaCodegenSymbols.h.
 
 class FakeCudaDriver {
 public:

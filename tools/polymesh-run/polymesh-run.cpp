@@ -42,11 +42,9 @@
 #include "polymesh/Support/LargeStack.h"
 #include "polymesh/Transforms/Passes.h"
 #if POLYMESH_HAVE_NCCL
-#include "CudaDriverFake.h"
 #include "NcclFake.h"
-#include "polymesh/Runtime/CudaCodegenSymbols.h"
+#include "polymesh/Execution/CudaTarget.h"
 #include "polymesh/Runtime/NcclBackend.h"
-#include "polymesh/Runtime/PolymeshCudaRuntime.h"
 #endif
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -340,19 +338,8 @@ ShardedRunnerOptions shardedOptions() {
   ShardedRunnerOptions options;
 #if POLYMESH_HAVE_NCCL
   if (backend == "nccl") {
-    options.target = ShardedTarget::Cuda;
+    useCudaTarget(options, simulateGpus);
     options.timeoutMs = 60000;
-    options.cuda.createRuntime = simulateGpus
-                                     ? runtime::createSimulatedCodegenRuntime
-                                     : polymesh_rt_create_nccl;
-    options.cuda.alloc = polymesh_rt_device_alloc;
-    options.cuda.free = polymesh_rt_device_free;
-    options.cuda.upload = polymesh_rt_device_upload;
-    options.cuda.download = polymesh_rt_device_download;
-    for (const runtime::CodegenSymbol &symbol :
-         simulateGpus ? runtime::simulatedCudaCodegenSymbols()
-                      : runtime::cudaCodegenSymbols())
-      options.jit.symbols.emplace_back(symbol.name, symbol.address);
   }
 #endif
   return options;

@@ -1,7 +1,8 @@
 //===- CudaCodegenSymbols.h - What CUDA-lowered code links against -*- C++
 //-*-===//
 //
-// Part of Polymesh. Implemented by PolymeshRuntimeNccl.
+// Part of Polymesh. Implemented by PolymeshRuntimeNccl (and, for simulated
+// GPUs, PolymeshRuntimeNcclFake).
 //
 //===----------------------------------------------------------------------===//
 //
@@ -15,8 +16,11 @@
 #ifndef POLYMESH_RUNTIME_CUDACODEGENSYMBOLS_H
 #define POLYMESH_RUNTIME_CUDACODEGENSYMBOLS_H
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+struct PolymeshRuntime;
 
 namespace polymesh::runtime {
 
@@ -28,6 +32,16 @@ struct CodegenSymbol {
 /// Every function CUDA-lowered code may call, bound to this process's
 /// runtime and to the NCCL library it links.
 std::vector<CodegenSymbol> cudaCodegenSymbols();
+
+// Simulated GPUs (implemented by PolymeshRuntimeNcclFake, for tests and
+// --simulate-gpus): the same symbols with the simulated NCCL, and
+// polymesh_rt_create_nccl on one simulated GPU per device, which also
+// switches the mgpu* wrappers to the simulated driver. Only one simulated
+// runtime may be alive at a time.
+std::vector<CodegenSymbol> simulatedCudaCodegenSymbols();
+PolymeshRuntime *createSimulatedCodegenRuntime(const int64_t *deviceIds,
+                                               int64_t numDevices,
+                                               int64_t timeoutMs);
 
 } // namespace polymesh::runtime
 
