@@ -301,6 +301,11 @@ private:
   /// before the next call, and errors must reach the runtime.
   void checkNccl(OpBuilder &builder, Location loc, Value result, Value comm,
                  StringRef call);
+  /// Launches `kernel` with `args` on the device's stream, enough 256-thread
+  /// blocks (at most kMaxBlocks) for `units` (i64) work items: the kernels
+  /// loop over the rest with a grid stride.
+  void launch(OpBuilder &builder, Location loc, gpu::GPUFuncOp kernel,
+              Value units, ValueRange args);
   /// Fills `bytes / elementBytes` elements at `dst` with `pattern`.
   void fill(OpBuilder &builder, Location loc, Value dst, int64_t bytes,
             int64_t elementBytes, uint64_t pattern);
@@ -347,25 +352,36 @@ void CudaLowering::checkNccl(OpBuilder &builder, Location loc, Value result,
       ValueRange{runtime, device, comm, result, cString(builder, loc, call)});
 }
 
+void CudaLowering::launch(OpBuilder &builder, Location loc,
+                          gpu::GPUFuncOp kernel, Value units, ValueRange args) {
+  Emitter e(builder, loc);
+  Value blocks = builder.createOrFold<arith::MinSIOp>(
+      loc,
+      builder.createOrFold<arith::DivSIOp>(
+          loc,
+          builder.createOrFold<arith::AddIOp>(loc, units,
+                                              e.i64(kThreadsPerBlock - 1)),
+          e.i64(kThreadsPerBlock)),
+      e.i64(kMaxBlocks));
+  Value one = e.index(1);
+  gpu::LaunchFuncOp::create(
+      builder, loc,
+      SymbolRefAttr::get(builder.getStringAttr(kKernelModule),
+                         {FlatSymbolRefAttr::get(kernel.getNameAttr())}),
+      gpu::KernelDim3{e.toIndex(blocks), one, one},
+      gpu::KernelDim3{e.index(kThreadsPerBlock), one, one},
+      /*dynamicSharedMemorySize=*/Value(), args,
+      gpu::AsyncTokenType::get(builder.getContext()), ValueRange{streamToken});
+}
+
 void CudaLowering::fill(OpBuilder &builder, Location loc, Value dst,
                         int64_t bytes, int64_t elementBytes, uint64_t pattern) {
   int64_t count = bytes / elementBytes;
   if (count <= 0)
     return;
   Emitter e(builder, loc);
-  gpu::GPUFuncOp kernel = kernels.getFill(elementBytes);
-  int64_t blocks =
-      std::min((count + kThreadsPerBlock - 1) / kThreadsPerBlock, kMaxBlocks);
-  Value one = e.index(1);
-  gpu::LaunchFuncOp::create(
-      builder, loc,
-      SymbolRefAttr::get(builder.getStringAttr(kKernelModule),
-                         {FlatSymbolRefAttr::get(kernel.getNameAttr())}),
-      gpu::KernelDim3{e.index(blocks), one, one},
-      gpu::KernelDim3{e.index(kThreadsPerBlock), one, one},
-      /*dynamicSharedMemorySize=*/Value(),
-      ValueRange{dst, e.i64(static_cast<int64_t>(pattern)), e.i64(count)},
-      gpu::AsyncTokenType::get(builder.getContext()), ValueRange{streamToken});
+  launch(builder, loc, kernels.getFill(elementBytes), e.i64(count),
+         {dst, e.i64(static_cast<int64_t>(pattern)), e.i64(count)});
 }
 
 /// The bit pattern of `value` in memory (little-endian, element-sized; i1
@@ -474,34 +490,19 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                                    other)
         .getResult();
   };
-  auto launch = [&](gpu::GPUFuncOp kernel, Value from, Value to, Value runUnits,
-                    ArrayRef<Value> loops, Value total) {
+  auto launchRow = [&](gpu::GPUFuncOp kernel, Value from, Value to,
+                       Value runUnits, ArrayRef<Value> loops, Value total) {
     SmallVector<Value> args = {e.pointer(from), e.pointer(to), runUnits};
     args.append(loops.begin(), loops.end());
     args.push_back(total);
-    Value perBlock = e.i64(kThreadsPerBlock);
-    Value blocks = arith::MinSIOp::create(
-        builder, loc,
-        arith::DivSIOp::create(
-            builder, loc, e.add(total, e.i64(kThreadsPerBlock - 1)), perBlock),
-        e.i64(kMaxBlocks));
-    Value one = e.index(1);
-    gpu::LaunchFuncOp::create(
-        builder, loc,
-        SymbolRefAttr::get(builder.getStringAttr(kKernelModule),
-                           {FlatSymbolRefAttr::get(kernel.getNameAttr())}),
-        gpu::KernelDim3{e.toIndex(blocks), one, one},
-        gpu::KernelDim3{e.index(kThreadsPerBlock), one, one},
-        /*dynamicSharedMemorySize=*/Value(), args,
-        gpu::AsyncTokenType::get(builder.getContext()),
-        ValueRange{streamToken});
+    launch(builder, loc, kernel, total, args);
   };
 
   if (schedule.accumulatesIntoDestination && resultBytes > 0) {
     // The plan adds into its destination: start from zeros (one run).
     Value bytes = e.i64(resultBytes);
-    launch(kernels.get(KernelKind::Zero, /*outer=*/0, 1, Type()), resultAddress,
-           resultAddress, bytes, {}, bytes);
+    launchRow(kernels.get(KernelKind::Zero, /*outer=*/0, 1, Type()),
+              resultAddress, resultAddress, bytes, {}, bytes);
   }
 
   auto runCopies = [&](Value begin, Value end) {
@@ -526,8 +527,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                              Type type) {
         Value runUnits =
             arith::DivSIOp::create(builder, loc, runBytes, e.i64(unitBytes));
-        launch(kernels.get(kernelKind, outer, unitBytes, type), from, to,
-               runUnits, loops, e.mul(runs, runUnits));
+        launchRow(kernels.get(kernelKind, outer, unitBytes, type), from, to,
+                  runUnits, loops, e.mul(runs, runUnits));
       };
       auto copyRow = [&]() {
         // 16-byte units where every offset, stride and the run allow it.
@@ -916,20 +917,9 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
       for (int64_t d = 0; d < outer; ++d)
         args.push_back(e.i64(dstStrides[d]));
       args.push_back(e.i64(bytes));
-      gpu::GPUFuncOp kernel =
-          kernels.get(KernelKind::Copy, outer, /*unitBytes=*/1, Type());
-      Value one = e.index(1);
-      gpu::LaunchFuncOp::create(
-          builder, loc,
-          SymbolRefAttr::get(builder.getStringAttr(kKernelModule),
-                             {FlatSymbolRefAttr::get(kernel.getNameAttr())}),
-          gpu::KernelDim3{e.index(std::min((bytes + kThreadsPerBlock - 1) /
-                                               kThreadsPerBlock,
-                                           kMaxBlocks)),
-                          one, one},
-          gpu::KernelDim3{e.index(kThreadsPerBlock), one, one},
-          /*dynamicSharedMemorySize=*/Value(), args,
-          gpu::AsyncTokenType::get(context), ValueRange{streamToken});
+      launch(builder, loc,
+             kernels.get(KernelKind::Copy, outer, /*unitBytes=*/1, Type()),
+             e.i64(bytes), args);
       continue;
     }
     if (auto exchange = dyn_cast<ExchangeOp>(op)) {

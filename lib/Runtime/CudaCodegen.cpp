@@ -65,6 +65,19 @@ void *failed(PolymeshRuntime *rt, const absl::Status &error) {
   return nullptr;
 }
 
+/// A status-returning entry point: `body` on the runtime's NCCL backend; an
+/// error becomes the runtime's (which aborts it) and its code is returned.
+template <typename Body>
+int32_t statusCall(PolymeshRuntime *rt, const char *call, Body body) {
+  NcclBackend *backend = ncclOf(rt, call);
+  if (!backend)
+    return POLYMESH_RT_INVALID_ARGUMENT;
+  absl::Status status = body(*backend);
+  if (!status.ok())
+    failed(rt, status);
+  return codeOf(status);
+}
+
 //===----------------------------------------------------------------------===//
 // The CUDA driver, loaded on first use
 //===----------------------------------------------------------------------===//
@@ -313,36 +326,25 @@ PolymeshRuntime *polymesh_rt_create_nccl(const int64_t *device_ids,
 
 int32_t polymesh_rt_device_upload(PolymeshRuntime *rt, int64_t device,
                                   void *dst, const void *src, int64_t bytes) {
-  NcclBackend *backend = ncclOf(rt, "polymesh_rt_device_upload");
-  if (!backend)
-    return POLYMESH_RT_INVALID_ARGUMENT;
-  absl::Status copied = backend->copyToDevice(device, dst, src, bytes);
-  if (!copied.ok())
-    failed(rt, copied);
-  return codeOf(copied);
+  return statusCall(rt, "polymesh_rt_device_upload", [&](NcclBackend &backend) {
+    return backend.copyToDevice(device, dst, src, bytes);
+  });
 }
 
 int32_t polymesh_rt_device_download(PolymeshRuntime *rt, int64_t device,
                                     void *dst, const void *src, int64_t bytes) {
-  NcclBackend *backend = ncclOf(rt, "polymesh_rt_device_download");
-  if (!backend)
-    return POLYMESH_RT_INVALID_ARGUMENT;
-  absl::Status copied = backend->copyToHost(device, dst, src, bytes);
-  if (!copied.ok())
-    failed(rt, copied);
-  return codeOf(copied);
+  return statusCall(rt, "polymesh_rt_device_download",
+                    [&](NcclBackend &backend) {
+                      return backend.copyToHost(device, dst, src, bytes);
+                    });
 }
 
 int32_t polymesh_rt_nccl_check(PolymeshRuntime *rt, int64_t device, void *comm,
                                int32_t result, const char *call) {
-  NcclBackend *backend = ncclOf(rt, "polymesh_rt_nccl_check");
-  if (!backend)
-    return POLYMESH_RT_INVALID_ARGUMENT;
-  absl::Status done =
-      backend->finishGeneratedCall(device, comm, result, call ? call : "NCCL");
-  if (!done.ok())
-    failed(rt, done);
-  return codeOf(done);
+  return statusCall(rt, "polymesh_rt_nccl_check", [&](NcclBackend &backend) {
+    return backend.finishGeneratedCall(device, comm, result,
+                                       call ? call : "NCCL");
+  });
 }
 
 void *polymesh_rt_cuda_stream(PolymeshRuntime *rt, int64_t device) {
@@ -388,29 +390,21 @@ void polymesh_rt_device_free(PolymeshRuntime *rt, int64_t device, void *ptr) {
 
 int32_t polymesh_rt_device_copy(PolymeshRuntime *rt, int64_t device, void *dst,
                                 const void *src, int64_t bytes) {
-  NcclBackend *backend = ncclOf(rt, "polymesh_rt_device_copy");
-  if (!backend)
-    return POLYMESH_RT_INVALID_ARGUMENT;
-  absl::Status copied = backend->copy(device, dst, src, bytes);
-  if (!copied.ok())
-    failed(rt, copied);
-  return codeOf(copied);
+  return statusCall(rt, "polymesh_rt_device_copy", [&](NcclBackend &backend) {
+    return backend.copy(device, dst, src, bytes);
+  });
 }
 
 int32_t polymesh_rt_device_synchronize(PolymeshRuntime *rt, int64_t device) {
-  NcclBackend *backend = ncclOf(rt, "polymesh_rt_device_synchronize");
-  if (!backend)
-    return POLYMESH_RT_INVALID_ARGUMENT;
-  if (launchFailed) {
-    std::lock_guard<std::mutex> lock(launchErrorMu);
-    absl::Status error = absl::InternalError(launchError);
-    failed(rt, error);
-    return codeOf(error);
-  }
-  absl::Status done = backend->synchronize(device);
-  if (!done.ok())
-    failed(rt, done);
-  return codeOf(done);
+  return statusCall(rt, "polymesh_rt_device_synchronize",
+                    [&](NcclBackend &backend) {
+                      // A failed launch is this run's error.
+                      if (launchFailed) {
+                        std::lock_guard<std::mutex> lock(launchErrorMu);
+                        return absl::InternalError(launchError);
+                      }
+                      return backend.synchronize(device);
+                    });
 }
 
 void *mgpuModuleLoadJIT(void *ptx, int32_t optLevel) {
