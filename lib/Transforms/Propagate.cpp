@@ -644,6 +644,19 @@ void FunctionPropagator::applyPlacement(Operation *op, ArrayRef<Value> values,
                                         ArrayRef<ShardingAttr> targets,
                                         bool allowExtension) {
   llvm::SmallDenseMap<std::pair<Value, Attribute>, Value> moved;
+  // The operand each tracked operand value stands for, found before any is
+  // rewired: the same value may be several operands of the op (x + x, x @ x),
+  // each moved to its own layout. Values list tracked operands in operand
+  // order, so the n-th occurrence of a value is its n-th use among them.
+  SmallVector<OpOperand *> operandOf(numOperands, nullptr);
+  for (unsigned index = 0; index < numOperands; ++index) {
+    unsigned occurrence = llvm::count(values.take_front(index), values[index]);
+    for (OpOperand &operand : op->getOpOperands())
+      if (operand.get() == values[index] && occurrence-- == 0) {
+        operandOf[index] = &operand;
+        break;
+      }
+  }
   for (auto [index, value] : llvm::enumerate(values)) {
     ShardingAttr target = targets[index];
     ShardingAttr current = lookup(value);
@@ -666,14 +679,9 @@ void FunctionPropagator::applyPlacement(Operation *op, ArrayRef<Value> values,
         replacement = insertReshardBefore(op, value, target);
       // Only this operand moves: the same value may be another operand of
       // the op in another layout (x @ x: rows on one side, replicated on
-      // the other). Values list tracked operands in operand order, so this
-      // is the value's n-th use among the op's operands.
-      unsigned occurrence = llvm::count(values.take_front(index), value);
-      for (OpOperand &operand : op->getOpOperands())
-        if (operand.get() == value && occurrence-- == 0) {
-          operand.set(replacement);
-          break;
-        }
+      // the other).
+      if (OpOperand *operand = operandOf[index])
+        operand->set(replacement);
       continue;
     }
     known[value] = target;
