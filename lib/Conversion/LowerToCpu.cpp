@@ -343,8 +343,12 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
 
   if (scratch)
     e.call(freeFn, {scratch});
+  // Not writable: one-shot bufferization folds a later exchange's
+  // to_buffer of this tensor back into `result`, so the runtime calls that
+  // read it are invisible to its analysis, and an op allowed to write in
+  // place here would clobber data still to be sent.
   Value tensor = bufferization::ToTensorOp::create(
-      builder, loc, resultType, result, /*restrict=*/true, /*writable=*/true);
+      builder, loc, resultType, result, /*restrict=*/true, /*writable=*/false);
   op.getResult().replaceAllUsesWith(tensor);
   op.erase();
   return success();
