@@ -89,6 +89,10 @@ private:
   FlatSymbolRefAttr planFunction(TransferOp transfer);
   Value tableLookup(OpBuilder &builder, Location loc, Value table,
                     Value position, int64_t column);
+  Value positionTable(OpBuilder &builder, Location loc,
+                      ArrayRef<int64_t> rows, int64_t columns);
+  LogicalResult globalizeIndices(Operation &op, Operation *copy,
+                                 OpBuilder &builder, Value position);
 
   func::FuncOp function;
   SymbolTableCollection &symbols;
@@ -257,6 +261,133 @@ Value FunctionPartitioner::tableLookup(OpBuilder &builder, Location loc,
                                    ValueRange{position, columnIndex});
 }
 
+/// A constant table with one row of `columns` entries per device position,
+/// read at run time by the device's position: what differs between the
+/// devices of a class lives here, not in the code.
+Value FunctionPartitioner::positionTable(OpBuilder &builder, Location loc,
+                                         ArrayRef<int64_t> rows,
+                                         int64_t columns) {
+  auto tableType =
+      RankedTensorType::get({static_cast<int64_t>(devices.size()), columns},
+                            builder.getIndexType());
+  SmallVector<APInt> values;
+  for (int64_t value : rows)
+    values.push_back(APInt(64, value));
+  return arith::ConstantOp::create(builder, loc, tableType,
+                                   DenseElementsAttr::get(tableType, values));
+}
+
+/// Ops that read their iteration indices (`linalg.index` in a linalg op's
+/// body, the block arguments of `tensor.generate`) see local indices in the
+/// partitioned program; the global index is the local one plus the tile's
+/// offset along that dimension, read from a table by the device's position.
+/// `op` is the global op, `copy` its local clone.
+LogicalResult FunctionPartitioner::globalizeIndices(Operation &op,
+                                                    Operation *copy,
+                                                    OpBuilder &builder,
+                                                    Value position) {
+  // Offsets of the iteration dimensions, per device position (row-major
+  // [position][dimension]); unknown stays -1 until a value names it.
+  auto offsetsFrom = [&](ArrayRef<std::pair<Value, AffineMap>> accesses,
+                         unsigned numDims,
+                         std::vector<int64_t> &offsets) -> LogicalResult {
+    offsets.assign(devices.size() * numDims, -1);
+    for (auto [value, map] : accesses) {
+      auto it = infoOf.find(value);
+      if (it == infoOf.end())
+        continue;
+      const ValueInfo &info = infos[it->second];
+      for (auto [dim, expr] : llvm::enumerate(map.getResults())) {
+        auto loopDim = dyn_cast<AffineDimExpr>(expr);
+        if (!loopDim)
+          continue;
+        for (size_t p = 0; p < devices.size(); ++p) {
+          // Devices without a tile of the value do not constrain it.
+          if (info.extent[p * info.rank + dim] == 0)
+            continue;
+          int64_t &slot = offsets[p * numDims + loopDim.getPosition()];
+          int64_t lo = info.lo[p * info.rank + dim];
+          if (slot >= 0 && slot != lo)
+            return op.emitError()
+                   << "cannot be partitioned: it reads its iteration indices "
+                      "but its operands' tiles disagree on the offset of "
+                      "dimension "
+                   << loopDim.getPosition() << " on device " << devices[p];
+          slot = lo;
+        }
+      }
+    }
+    for (int64_t &offset : offsets)
+      offset = std::max<int64_t>(offset, 0);
+    return success();
+  };
+  // Adds the offsets to `indices` (values of index type) right where they
+  // are defined (first in the body for block arguments); the table is read
+  // before the op, whose region may use values from above.
+  auto shift = [&](ArrayRef<std::pair<Value, unsigned>> indices,
+                   ArrayRef<int64_t> offsets, unsigned numDims) {
+    if (llvm::all_of(offsets, [](int64_t offset) { return offset == 0; }))
+      return;
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPoint(copy);
+    Location loc = copy->getLoc();
+    Value table = positionTable(builder, loc, offsets, numDims);
+    SmallVector<Value> perDim(numDims);
+    for (unsigned d = 0; d < numDims; ++d)
+      perDim[d] = tableLookup(builder, loc, table, position, d);
+    for (auto [index, dim] : indices) {
+      bool moves = false;
+      for (size_t p = 0; p < devices.size(); ++p)
+        moves |= offsets[p * numDims + dim] != 0;
+      if (!moves)
+        continue;
+      builder.setInsertionPointAfterValue(index);
+      Value global = arith::AddIOp::create(builder, loc, index, perDim[dim]);
+      index.replaceAllUsesExcept(global, global.getDefiningOp());
+    }
+  };
+
+  if (auto linalgOp = dyn_cast<linalg::LinalgOp>(copy)) {
+    SmallVector<std::pair<Value, unsigned>> indices;
+    copy->walk([&](linalg::IndexOp index) {
+      indices.push_back({index.getResult(), index.getDim()});
+    });
+    if (indices.empty())
+      return success();
+    auto globalOp = cast<linalg::LinalgOp>(op);
+    SmallVector<std::pair<Value, AffineMap>> accesses;
+    // Results first: an init's tiles may differ from its result's (a
+    // partial sum), and the result is what the op computes.
+    for (OpResult result : op.getResults())
+      accesses.push_back(
+          {result, globalOp.getIndexingMapMatchingResult(result)});
+    for (OpOperand *input : globalOp.getDpsInputOperands())
+      accesses.push_back(
+          {input->get(), globalOp.getMatchingIndexingMap(input)});
+    std::vector<int64_t> offsets;
+    unsigned numDims = globalOp.getNumLoops();
+    if (failed(offsetsFrom(accesses, numDims, offsets)))
+      return failure();
+    shift(indices, offsets, numDims);
+    return success();
+  }
+  if (auto generate = dyn_cast<tensor::GenerateOp>(copy)) {
+    Block &body = generate.getBody().front();
+    SmallVector<std::pair<Value, unsigned>> indices;
+    for (BlockArgument arg : body.getArguments())
+      indices.push_back({arg, arg.getArgNumber()});
+    unsigned rank = generate.getType().getRank();
+    std::vector<int64_t> offsets;
+    if (failed(offsetsFrom({{op.getResult(0), AffineMap::getMultiDimIdentityMap(
+                                                  rank, op.getContext())}},
+                           rank, offsets)))
+      return failure();
+    shift(indices, offsets, rank);
+    return success();
+  }
+  return success();
+}
+
 LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
                                               int64_t representative,
                                               ArrayRef<int64_t> classDevices) {
@@ -344,17 +475,7 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
         // offsets come from a table indexed by the device's position.
         const ValueInfo &info = infos[infoOf.lookup(constant.getResult())];
         int64_t rank = global.getRank();
-        SmallVector<int64_t> offsets;
-        offsets.append(info.lo.begin(), info.lo.end());
-        auto tableType =
-            RankedTensorType::get({static_cast<int64_t>(devices.size()), rank},
-                                  builder.getIndexType());
-        SmallVector<APInt> values;
-        for (int64_t offset : offsets)
-          values.push_back(APInt(64, offset));
-        Value table = arith::ConstantOp::create(
-            builder, opLoc, tableType,
-            DenseElementsAttr::get(tableType, values));
+        Value table = positionTable(builder, opLoc, info.lo, rank);
         Operation *copy = builder.clone(op);
         copy->removeAttr(PolymeshDialect::kShardingAttrName);
         Value full = copy->getResult(0);
@@ -389,6 +510,8 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
 
     Operation *copy = builder.clone(op, mapping);
     copy->removeAttr(PolymeshDialect::kShardingAttrName);
+    if (failed(globalizeIndices(op, copy, builder, position)))
+      return failure();
     for (OpResult result : copy->getResults()) {
       Value original = op.getResult(result.getResultNumber());
       if (isa<RankedTensorType>(original.getType()))
