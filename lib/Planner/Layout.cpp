@@ -245,6 +245,50 @@ Box Box::intersect(const Box &other) const {
   return result;
 }
 
+std::optional<std::pair<size_t, size_t>>
+findOverlap(const std::vector<Box> &boxes) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < boxes.size(); ++i)
+    if (!boxes[i].empty())
+      order.push_back(i);
+  if (order.size() < 2)
+    return std::nullopt;
+  size_t rank = boxes[order.front()].lo.size();
+  if (rank == 0)
+    return std::make_pair(order[0], order[1]);
+  size_t sweep = 0, mostDistinct = 0;
+  for (size_t d = 0; d < rank; ++d) {
+    std::vector<int64_t> los;
+    for (size_t i : order)
+      los.push_back(boxes[i].lo[d]);
+    std::sort(los.begin(), los.end());
+    size_t distinct = std::unique(los.begin(), los.end()) - los.begin();
+    if (distinct > mostDistinct) {
+      mostDistinct = distinct;
+      sweep = d;
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return boxes[a].lo[sweep] < boxes[b].lo[sweep];
+  });
+  // Boxes whose extent along the sweep dimension still covers the current
+  // lower corner; only they can overlap the next box.
+  std::vector<size_t> active;
+  for (size_t i : order) {
+    const Box &box = boxes[i];
+    active.erase(std::remove_if(active.begin(), active.end(),
+                                [&](size_t j) {
+                                  return boxes[j].hi[sweep] <= box.lo[sweep];
+                                }),
+                 active.end());
+    for (size_t j : active)
+      if (!box.intersect(boxes[j]).empty())
+        return std::make_pair(std::min(i, j), std::max(i, j));
+    active.push_back(i);
+  }
+  return std::nullopt;
+}
+
 //===----------------------------------------------------------------------===//
 // TensorLayout
 //===----------------------------------------------------------------------===//

@@ -56,6 +56,7 @@ struct ValueInfo {
   std::vector<int64_t> lo, extent;
   /// The mesh's symbol: devices are collected once per mesh.
   mlir::StringAttr meshName;
+  ShardingAttr sharding;
 };
 
 bool isZero(Value value) {
@@ -91,6 +92,7 @@ private:
                     Value position, int64_t column);
   Value positionTable(OpBuilder &builder, Location loc,
                       ArrayRef<int64_t> rows, int64_t columns);
+  LogicalResult checkTransferSource(TransferOp transfer);
   LogicalResult globalizeIndices(Operation &op, Operation *copy,
                                  OpBuilder &builder, Value position);
 
@@ -139,7 +141,8 @@ LogicalResult FunctionPartitioner::collect() {
                      0,
                      {},
                      {},
-                     sharding.getMeshName().getAttr()});
+                     sharding.getMeshName().getAttr(),
+                     sharding});
     return success();
   };
 
@@ -259,6 +262,31 @@ Value FunctionPartitioner::tableLookup(OpBuilder &builder, Location loc,
   Value columnIndex = arith::ConstantIndexOp::create(builder, loc, column);
   return tensor::ExtractOp::create(builder, loc, table,
                                    ValueRange{position, columnIndex});
+}
+
+/// A plan reads the tiles of its source sharding on every device; an
+/// operand placed otherwise (a transfer written by hand, or fed back into
+/// the pipeline) would have it read the wrong elements.
+LogicalResult FunctionPartitioner::checkTransferSource(TransferOp transfer) {
+  auto it = infoOf.find(transfer.getInput());
+  if (it == infoOf.end())
+    return success();
+  const ValueInfo &info = infos[it->second];
+  const planner::TensorLayout &operand = *info.layout;
+  MeshAttr mesh =
+      lookupMesh(symbols, transfer, transfer.getSource().getMeshName());
+  auto emit = [&]() { return transfer.emitError(); };
+  FailureOr<planner::TensorLayout> source =
+      toTensorLayout(emit, transfer.getSource(), mesh, transfer.getType());
+  if (failed(source))
+    return failure();
+  if (!operand.isDeviceEquivalent(*source))
+    return transfer.emitError()
+           << "cannot be partitioned: its operand is placed as "
+           << info.sharding
+           << " but the plan reads the tiles of " << transfer.getSource()
+           << " (run --polymesh-propagate, which moves the operand)";
+  return success();
 }
 
 /// A constant table with one row of `columns` entries per device position,
@@ -450,6 +478,8 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
       continue;
     }
     if (auto transfer = dyn_cast<TransferOp>(op)) {
+      if (failed(checkTransferSource(transfer)))
+        return failure();
       FlatSymbolRefAttr plan = planFunction(transfer);
       auto exchange = ExchangeOp::create(
           builder, opLoc, localType(transfer.getResult(), representative),

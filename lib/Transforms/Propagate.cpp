@@ -233,6 +233,12 @@ void FunctionPropagator::seed() {
       assign(reshard.getResult(), reshard.getSharding());
       continue;
     }
+    // A planned transfer fixes both ends: its result is its destination,
+    // and its operand must be its source (finalize moves it there).
+    if (auto transfer = dyn_cast<TransferOp>(op)) {
+      assign(transfer.getResult(), transfer.getDestination());
+      continue;
+    }
     if (op->hasTrait<OpTrait::IsTerminator>())
       terminator = op;
     Attribute attr = op->getAttr(PolymeshDialect::kShardingAttrName);
@@ -490,6 +496,11 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
     }
     return false;
   }
+  // Backward through a transfer: an unplaced operand is computed in the
+  // transfer's source sharding.
+  if (auto transfer = dyn_cast<TransferOp>(op))
+    return !lookup(transfer.getInput()) &&
+           assign(transfer.getInput(), transfer.getSource());
   if (isa<ReshardOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
     return false;
   if (settled.contains(op))
@@ -540,7 +551,7 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
 /// by the bytes its reshards move; the cheapest wins, then the more sharded,
 /// then the one whose text sorts first. Nothing depends on value positions.
 bool FunctionPropagator::resolve(Operation *op) {
-  if (isa<ShardingConstraintOp, ReshardOp>(op) ||
+  if (isa<ShardingConstraintOp, ReshardOp, TransferOp>(op) ||
       op->hasTrait<OpTrait::IsTerminator>())
     return false;
   if (settled.contains(op))
@@ -820,6 +831,17 @@ LogicalResult FunctionPropagator::finalize() {
                                          input.getType()))
         constraint.getInputMutable().assign(
             insertReshardBefore(constraint, input, constraint.getSharding()));
+      continue;
+    }
+    if (auto transfer = dyn_cast<TransferOp>(op)) {
+      // The plan reads tiles of its source sharding: an operand placed
+      // otherwise is moved there first.
+      Value input = transfer.getInput();
+      ShardingAttr current = lookup(input);
+      if (current &&
+          !isDeviceEquivalent(current, transfer.getSource(), input.getType()))
+        transfer.getInputMutable().assign(
+            insertReshardBefore(transfer, input, transfer.getSource()));
       continue;
     }
     if (isa<ReshardOp>(op))

@@ -47,3 +47,19 @@ func.func @init_not_zero(%a: tensor<4x6xf32> {polymesh.sharding = #polymesh.shar
   %r = linalg.matmul {polymesh.sharding = #polymesh.sharding<@m, [{}, {}], unreduced={"y"}>} ins(%a, %b : tensor<4x6xf32>, tensor<6x4xf32>) outs(%c : tensor<4x4xf32>) -> tensor<4x4xf32>
   return %r : tensor<4x4xf32>
 }
+
+// -----
+
+// A transfer whose operand is placed otherwise than the plan's source: the
+// plan would read the wrong tiles (issue 13, item 5).
+polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
+polymesh.mesh @train = <["dp"=2, "tp"=2]>
+func.func @transfer_source_mismatch(%x: tensor<4x8xf32> {polymesh.sharding = #polymesh.sharding<@train, [{"dp"}, {}]>}) -> (tensor<4x8xf32> {polymesh.sharding = #polymesh.sharding<@train, [{}, {"tp"}]>}) {
+  // expected-error @+1 {{cannot be partitioned: its operand is placed as #polymesh.sharding<@train, [{"dp"}, {}]> but the plan reads the tiles of #polymesh.sharding<@replica0, [{}, {"tp"}]> (run --polymesh-propagate, which moves the operand)}}
+  %0 = polymesh.transfer %x <@replica0, [{}, {"tp"}]> -> <@train, [{}, {"tp"}]> steps [
+    local_copy chunk 0 devices [0, 1] {0 -> [0], [0, 0] : [4, 4]} {1 -> [1], [0, 4] : [4, 8]},
+    broadcast chunk 0 devices [0, 2] {0 -> [2], [0, 0] : [4, 4]},
+    broadcast chunk 0 devices [1, 3] {1 -> [3], [0, 4] : [4, 8]}
+  ] : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}

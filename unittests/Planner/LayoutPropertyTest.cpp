@@ -944,3 +944,85 @@ TEST(LayoutPropertyTest, RandomInvalidInputsAreRejected) {
 }
 
 } // namespace
+
+namespace {
+
+/// Brute force: two boxes share an element when they intersect.
+bool anyOverlapByPairs(const std::vector<Box> &boxes) {
+  for (size_t i = 0; i < boxes.size(); ++i)
+    for (size_t j = i + 1; j < boxes.size(); ++j)
+      if (!boxes[i].intersect(boxes[j]).empty())
+        return true;
+  return false;
+}
+
+} // namespace
+
+// findOverlap (the transfer verifier's exact-coverage check) against all
+// pairs, on random boxes: regular splits of a grid (disjoint), the same
+// with one box grown or duplicated, and boxes placed at random.
+TEST(LayoutPropertyTest, FindOverlapMatchesAllPairs) {
+  uint64_t seed = baseSeed();
+  int overlapping = 0, disjoint = 0;
+  for (int c = 0; c < 4000; ++c) {
+    Rng rng = caseRng(seed ^ 0x0e71'a95bULL, c);
+    int64_t rank = uniform(rng, 0, 3);
+    std::vector<Box> boxes;
+    if (chance(rng, 0.5)) {
+      // A regular grid of cuts per dimension.
+      std::vector<std::vector<int64_t>> cuts(rank);
+      for (auto &dimCuts : cuts) {
+        int64_t pieces = uniform(rng, 1, 5), at = 0;
+        dimCuts.push_back(0);
+        for (int64_t p = 0; p < pieces; ++p)
+          dimCuts.push_back(at += uniform(rng, 0, 3));
+      }
+      std::vector<size_t> pos(rank, 0);
+      while (true) {
+        Box box;
+        for (int64_t d = 0; d < rank; ++d) {
+          box.lo.push_back(cuts[d][pos[d]]);
+          box.hi.push_back(cuts[d][pos[d] + 1]);
+        }
+        boxes.push_back(box);
+        int64_t d = rank - 1;
+        while (d >= 0 && ++pos[d] + 1 == cuts[d].size())
+          pos[d--] = 0;
+        if (d < 0)
+          break;
+      }
+      if (!boxes.empty() && chance(rng, 0.5)) {
+        Box &grown = boxes[uniform(rng, 0, boxes.size() - 1)];
+        for (int64_t d = 0; d < rank; ++d)
+          grown.hi[d] += uniform(rng, 0, 2);
+      }
+      if (!boxes.empty() && chance(rng, 0.3))
+        boxes.push_back(boxes[uniform(rng, 0, boxes.size() - 1)]);
+    } else {
+      int64_t count = uniform(rng, 0, 12);
+      for (int64_t b = 0; b < count; ++b) {
+        Box box;
+        for (int64_t d = 0; d < rank; ++d) {
+          int64_t lo = uniform(rng, 0, 10);
+          box.lo.push_back(lo);
+          box.hi.push_back(lo + uniform(rng, 0, 4));
+        }
+        boxes.push_back(box);
+      }
+    }
+    std::optional<std::pair<size_t, size_t>> found = findOverlap(boxes);
+    bool expected = anyOverlapByPairs(boxes);
+    ASSERT_EQ(found.has_value(), expected) << "case " << c;
+    if (found) {
+      ASSERT_LT(found->first, found->second);
+      ASSERT_FALSE(
+          boxes[found->first].intersect(boxes[found->second]).empty());
+      ++overlapping;
+    } else {
+      ++disjoint;
+    }
+  }
+  // Both answers were exercised.
+  EXPECT_GT(overlapping, 500);
+  EXPECT_GT(disjoint, 500);
+}

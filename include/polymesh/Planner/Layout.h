@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace polymesh::planner {
@@ -143,6 +144,13 @@ struct Box {
   }
   bool operator!=(const Box &other) const { return !(*this == other); }
 };
+
+/// Two boxes of `boxes` (all of one rank) that share an element, by index,
+/// or nullopt when they are pairwise disjoint. Empty boxes share nothing.
+/// A sweep along the dimension whose lower corners differ most, so that
+/// the boxes of a regular split are compared only with their neighbours.
+std::optional<std::pair<size_t, size_t>>
+findOverlap(const std::vector<Box> &boxes);
 
 /// Calls fn(index) for every index of `box`, row-major (once for rank 0).
 template <typename Fn> void forEachIndex(const Box &box, Fn fn) {

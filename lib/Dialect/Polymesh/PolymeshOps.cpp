@@ -163,7 +163,9 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       return std::nullopt;
     return layout.boxAtPosition(it->second);
   };
-  llvm::DenseMap<int64_t, int64_t> received;
+  // Boxes written (not accumulated) into each destination device's buffer:
+  // without partial sums they must tile its box exactly, each element once.
+  llvm::DenseMap<int64_t, std::vector<planner::Box>> received;
   int64_t lastChunk = 0;
   for (auto [stepIndex, stepAttr] : llvm::enumerate(getSteps())) {
     auto step = cast<TransferStepAttr>(stepAttr);
@@ -173,6 +175,8 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
            << stringifyTransferStepKind(step.getKind()) << "): ";
       return diag;
     };
+    if (step.getChunk() < 0)
+      return where() << "chunk " << step.getChunk() << " is negative";
     if (step.getChunk() < lastChunk)
       return where() << "chunk " << step.getChunk() << " comes after chunk "
                      << lastChunk << "; steps must be ordered by chunk";
@@ -205,6 +209,15 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       if (!participates(transfer.getSrcDevice()))
         return at() << "sender " << transfer.getSrcDevice()
                     << " is not a participant of the step";
+      // Phase 1 exists only in an all-reduce (gather the reduced pieces);
+      // code generation runs phases 0 and 1 and nothing else.
+      int64_t maxPhase = step.getKind() == TransferStepKind::AllReduce ? 1 : 0;
+      if (transfer.getPhase() < 0 || transfer.getPhase() > maxPhase)
+        return at() << "phase " << transfer.getPhase()
+                    << " is out of range: a "
+                    << stringifyTransferStepKind(step.getKind())
+                    << " step has phase 0"
+                    << (maxPhase ? " (reduce) and phase 1 (gather)" : " only");
       // A zero fill writes zeros where it lands and reads nothing.
       bool readsSender = step.getKind() != TransferStepKind::ZeroFill;
       bool fromDestination = transfer.getFromDestination();
@@ -218,8 +231,6 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
                     << (transfer.getFromDestination() ? "destination"
                                                       : "source")
                     << " buffer";
-      // Inside the tensor, whose element count fits int64.
-      int64_t elements = box.numElements();
       ArrayRef<int64_t> dsts = transfer.getDstDevices();
       if (dsts.empty())
         return at() << "has no receiver";
@@ -238,12 +249,8 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
                       << " has no room for the box in its "
                       << (transfer.getIntoSource() ? "source" : "destination")
                       << " buffer";
-        // Saturating: boxes sent again and again must not wrap around to
-        // the expected count.
-        if (!transfer.getIntoSource() && !transfer.getAccumulate()) {
-          int64_t &count = received[dsts[i]];
-          count = INT64_MAX - count < elements ? INT64_MAX : count + elements;
-        }
+        if (!transfer.getIntoSource() && !transfer.getAccumulate())
+          received[dsts[i]].push_back(box);
       }
     }
   }
@@ -262,13 +269,41 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
                             "shardings place different tiles";
   if (identity)
     return success();
+  // Every box lies inside the receiver's tile (checked above), so boxes
+  // that are pairwise disjoint and hold as many elements as the tile cover
+  // it exactly. Counting alone would pass a box received four times next
+  // to a hole that the generated code leaves uninitialised.
+  auto printBox = [](const planner::Box &box) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << "[";
+    llvm::interleaveComma(box.lo, os);
+    os << "] : [";
+    llvm::interleaveComma(box.hi, os);
+    os << "]";
+    return text;
+  };
   for (int64_t p = 0, e = destination->numDevices(); p < e; ++p) {
     int64_t device = destination->mesh().deviceAt(p);
     int64_t expected = destination->boxAtPosition(p).numElements();
-    if (received.lookup(device) != expected)
+    auto it = received.find(device);
+    const std::vector<planner::Box> none;
+    const std::vector<planner::Box> &boxes =
+        it == received.end() ? none : it->second;
+    if (std::optional<std::pair<size_t, size_t>> overlap =
+            planner::findOverlap(boxes))
+      return emitOpError() << "destination device " << device
+                           << " receives the elements of "
+                           << printBox(boxes[overlap->first].intersect(
+                                  boxes[overlap->second]))
+                           << " more than once";
+    int64_t count = 0;
+    for (const planner::Box &box : boxes)
+      count += box.numElements();
+    if (count != expected)
       return emitOpError() << "destination device " << device << " receives "
-                           << received.lookup(device)
-                           << " elements but its tile holds " << expected;
+                           << count << " elements but its tile holds "
+                           << expected;
   }
   return success();
 }
