@@ -318,7 +318,7 @@ LeafComparison execution::compareLeaf(const HostTensor &reference,
           limit = sumErrorBound(type, bound->terms,
                                 elementAsDouble(*magnitudes, i),
                                 std::max(std::fabs(want), std::fabs(have)));
-          within = diff <= limit;
+          within = std::isfinite(limit) && diff <= limit;
           if (std::isfinite(limit) && limit > 0)
             result.maxBoundFraction =
                 std::max(result.maxBoundFraction, diff / limit);
