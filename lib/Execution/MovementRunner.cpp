@@ -224,6 +224,15 @@ execution::runMovement(const MovementProgram &program,
     const MovementValue &value = values[v];
     if (value.kind != MovementValue::Kind::Transfer)
       continue;
+    // A tensor without elements has nothing to move. Its plan is empty,
+    // and may be marked identity across meshes whose devices differ (every
+    // box is empty, so every layout is equivalent), which the executor
+    // would refuse: no device has the other's tile to copy in place.
+    const std::vector<int64_t> &shape = value.layout.shape();
+    if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
+      run.bytesMoved += value.plan->bytesMoved;
+      continue;
+    }
     absl::StatusOr<runtime::PlanExecutor> executor =
         runtime::PlanExecutor::create(*value.plan, *value.source, value.layout);
     if (!executor.ok())

@@ -15,6 +15,7 @@
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Execution/SumBounds.h"
 #include "polymesh/Runtime/PolymeshRuntime.h"
 #include "polymesh/Transforms/Passes.h"
 
@@ -428,6 +429,9 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
   runner->options = options;
 
   OwningOpRef<ModuleOp> planned(module.clone());
+  // Numbered before propagation, so that --verify can find a reordered sum
+  // again in the unplanned module it runs as the reference.
+  tagReductions(*planned);
   {
     // Errors go on to the caller's handler; warnings and remarks (an op
     // without a sharding rule, say) are the caller's own propagation's to
@@ -455,9 +459,11 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
       runner->unavailable[name] = llvm::toString(function.takeError());
       continue;
     }
+    function->reorderedSums = findReorderedSums(func);
     runner->functions[name] = std::move(*function);
     candidates.push_back(name);
   }
+  untagReductions(*planned);
   if (candidates.empty())
     return std::move(runner);
 

@@ -17,6 +17,7 @@
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Execution/InputFill.h"
 #include "polymesh/Execution/ReferenceRunner.h"
+#include "polymesh/Execution/SumBounds.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/ShardingInterfaceImpl.h"
@@ -35,6 +36,8 @@
 #include "mlir/Parser/Parser.h"
 
 #include "gtest/gtest.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace polymesh::execution;
@@ -269,6 +272,72 @@ TEST_F(ShardedRunnerTest, UnknownFunctionsAreRejected) {
   ASSERT_FALSE(bool(runner));
   EXPECT_NE(llvm::toString(runner.takeError()).find("no function named @g"),
             std::string::npos);
+}
+
+TEST_F(ShardedRunnerTest, ReorderedSumsAndTheirMagnitudes) {
+  // @mm sums over a sharded contracting dimension (16 terms) and returns a
+  // negation beside it; @rows shards the rows only, so its sums keep the
+  // reference's order.
+  auto runner = compile(R"mlir(
+    polymesh.mesh @m4 = <["x"=4]>
+    func.func @mm(%a: tensor<8x16xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {"x"}]>},
+                  %b: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>})
+        -> (tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {}]>}, tensor<8x16xf32>) {
+      %z = arith.constant 0.0 : f32
+      %e = tensor.empty() : tensor<8x8xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x8xf32>) -> tensor<8x8xf32>
+      %r = linalg.matmul ins(%a, %b : tensor<8x16xf32>, tensor<16x8xf32>) outs(%f : tensor<8x8xf32>) -> tensor<8x8xf32>
+      %n = arith.negf %a : tensor<8x16xf32>
+      return %r, %n : tensor<8x8xf32>, tensor<8x16xf32>
+    }
+    func.func @rows(%a: tensor<8x16xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>},
+                    %b: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {}]>}) -> tensor<8x8xf32> {
+      %z = arith.constant 0.0 : f32
+      %e = tensor.empty() : tensor<8x8xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x8xf32>) -> tensor<8x8xf32>
+      %r = linalg.matmul ins(%a, %b : tensor<8x16xf32>, tensor<16x8xf32>) outs(%f : tensor<8x8xf32>) -> tensor<8x8xf32>
+      return %r : tensor<8x8xf32>
+    }
+  )mlir",
+                        {"mm", "rows"});
+  ASSERT_TRUE(runner);
+  auto mm = runner->getFunction("mm");
+  ASSERT_TRUE(bool(mm)) << llvm::toString(mm.takeError());
+  ASSERT_EQ(mm->reorderedSums.size(), 2u);
+  ASSERT_TRUE(mm->reorderedSums[0]);
+  EXPECT_EQ(mm->reorderedSums[0]->terms, 16);
+  EXPECT_EQ(mm->reorderedSums[0]->resultNumber, 0u);
+  EXPECT_FALSE(mm->reorderedSums[1]);
+  auto rows = runner->getFunction("rows");
+  ASSERT_TRUE(bool(rows)) << llvm::toString(rows.takeError());
+  ASSERT_EQ(rows->reorderedSums.size(), 1u);
+  EXPECT_FALSE(rows->reorderedSums[0]);
+
+  // The magnitudes are sum_k |a_ik b_kj|: exact here (products of fill
+  // values are multiples of 2^-12 below 64, 16 of them fit in f32).
+  HostTensor a = makeInput(ElementType::F32, {8, 16}, 0);
+  HostTensor b = makeInput(ElementType::F32, {16, 8}, 1);
+  auto bounds = computeSumBounds(*module, "mm", mm->reorderedSums, {a, b});
+  ASSERT_TRUE(bool(bounds)) << llvm::toString(bounds.takeError());
+  ASSERT_EQ(bounds->size(), 2u);
+  ASSERT_TRUE((*bounds)[0]);
+  EXPECT_FALSE((*bounds)[1]);
+  EXPECT_EQ((*bounds)[0]->terms, 16);
+  const float *pa = reinterpret_cast<const float *>(a.getData());
+  const float *pb = reinterpret_cast<const float *>(b.getData());
+  const float *s =
+      reinterpret_cast<const float *>((*bounds)[0]->magnitudes.getData());
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) {
+      double expected = 0;
+      for (int k = 0; k < 16; ++k)
+        expected += std::fabs(double(pa[i * 16 + k]) * pb[k * 8 + j]);
+      EXPECT_EQ(s[i * 8 + j], expected) << "at [" << i << ", " << j << "]";
+    }
+  // The module is not changed: the reference still computes the matmul.
+  auto func = module->lookupSymbol<func::FuncOp>("mm");
+  EXPECT_FALSE(func.getBody().front().getOps<linalg::MatmulOp>().empty());
+  runAndCompare(*runner, "rows");
 }
 
 } // namespace

@@ -66,6 +66,7 @@
 #include "polymesh/Execution/JitModule.h"
 #include "polymesh/Execution/MovementRunner.h"
 #include "polymesh/Execution/ReferenceRunner.h"
+#include "polymesh/Execution/SumBounds.h"
 #include "polymesh/Planner/Layout.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -76,6 +77,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -143,6 +145,10 @@ struct ShardedFunction {
   std::vector<planner::TensorLayout> resultLayouts;
   /// Sum of the planned transfers' bytesMoved (before partitioning).
   int64_t bytesMoved = 0;
+  /// Per result: the float sum over a sharded dimension it is (moved, at
+  /// most), which the sharded run adds in another order than the reference
+  /// (SumBounds.h); --verify then compares it within a bound.
+  std::vector<std::optional<ReorderedSum>> reorderedSums;
   /// The class functions, in the order partitioning numbered them.
   std::vector<PartitionClass> classes;
   /// The sorted union of the classes' devices; a device's position is its
