@@ -18,6 +18,7 @@
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Transforms/Passes.h"
+#include "polymesh/Transforms/TensorLimits.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -463,6 +464,9 @@ struct PolymeshPartitionPass
 
   void runOnOperation() final {
     ModuleOp module = getOperation();
+    // Tiles, allocations and the lowering need element and byte counts.
+    if (failed(checkTensorSizes(module)))
+      return signalPassFailure();
     SymbolTableCollection symbols;
     SmallVector<func::FuncOp> functions;
     for (auto function : module.getOps<func::FuncOp>())
