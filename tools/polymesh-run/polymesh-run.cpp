@@ -546,6 +546,12 @@ int runMain() {
   if (failed(names))
     return 1;
 
+  // Before any pass: types too large to count, recursion, calls of
+  // declarations and tensors inside regions would crash, never end or go
+  // exponential in the lowering (docs/limits.md).
+  if (failed(checkReferenceLimits(*module, *names)))
+    return 1;
+
   // The CPU pipeline starts with propagation: a program whose placements do
   // not resolve (an unplaced leaf, an unknown mesh) is rejected even though
   // the reference would not need them. Planning turns every reshard into the
