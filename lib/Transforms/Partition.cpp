@@ -464,9 +464,6 @@ struct PolymeshPartitionPass
 
   void runOnOperation() final {
     ModuleOp module = getOperation();
-    // Tiles, allocations and the lowering need element and byte counts.
-    if (failed(checkTensorSizes(module)))
-      return signalPassFailure();
     SymbolTableCollection symbols;
     SmallVector<func::FuncOp> functions;
     for (auto function : module.getOps<func::FuncOp>())
@@ -482,6 +479,12 @@ struct PolymeshPartitionPass
     for (func::FuncOp function : functions) {
       symbols.getSymbolTable(module).erase(function);
     }
+    // The local code allocates its tiles and the lowering counts their
+    // bytes: a tile whose bytes overflow int64 (a replicated 2^61-element
+    // f32 tensor) is refused here. Global types may be larger, as long as
+    // their element count fits (the layouts above check that).
+    if (failed(checkTensorSizes(module)))
+      return signalPassFailure();
   }
 };
 
