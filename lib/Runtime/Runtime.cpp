@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 
@@ -272,7 +273,7 @@ absl::Status runOnDevices(Backend &backend,
   std::vector<std::thread> threads;
   threads.reserve(devices.size());
   for (int64_t device : devices) {
-    threads.emplace_back([&backend, &fn, device] {
+    auto body = [&backend, &fn, device] {
       absl::Status status = fn(device);
       // A failed device makes no more calls: release everyone waiting on it.
       // When the backend already failed this records nothing new.
@@ -281,7 +282,22 @@ absl::Status runOnDevices(Backend &backend,
             absl::Status(status.code(), absl::StrCat("device ", device, ": ",
                                                      status.message())));
       backend.setDeviceFinished(device, true);
-    });
+    };
+    // The system may run out of threads (RLIMIT_NPROC, or address space for
+    // their stacks under ulimit -v): the devices already started are
+    // released by the abort and joined, and the run fails with the limit
+    // named instead of an uncaught std::system_error.
+    try {
+      threads.emplace_back(body);
+    } catch (const std::system_error &error) {
+      backend.abort(absl::ResourceExhaustedError(absl::StrCat(
+          "cannot start the thread of device ", device, " (", threads.size(),
+          " of ", devices.size(), " started): ", error.what(),
+          "; a run takes one thread per device, within the process's "
+          "thread and address-space limits (ulimit -u, ulimit -v; "
+          "docs/limits.md)")));
+      break;
+    }
   }
   for (std::thread &thread : threads)
     thread.join();

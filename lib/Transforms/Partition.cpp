@@ -18,6 +18,7 @@
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Transforms/Passes.h"
+#include "polymesh/Transforms/TensorLimits.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -631,6 +632,12 @@ struct PolymeshPartitionPass
     for (func::FuncOp function : functions) {
       symbols.getSymbolTable(module).erase(function);
     }
+    // The local code allocates its tiles and the lowering counts their
+    // bytes: a tile whose bytes overflow int64 (a replicated 2^61-element
+    // f32 tensor) is refused here. Global types may be larger, as long as
+    // their element count fits (the layouts above check that).
+    if (failed(checkTensorSizes(module)))
+      return signalPassFailure();
   }
 };
 

@@ -68,11 +68,17 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MathExtras.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <limits>
+
+#include <sys/resource.h>
+#include <unistd.h>
 
 using namespace mlir;
 using namespace polymesh::execution;
@@ -454,6 +460,118 @@ bool reportSharded(func::FuncOp func, llvm::Expected<ShardedOutcome> outcome,
 }
 
 //===----------------------------------------------------------------------===//
+// Host memory
+//===----------------------------------------------------------------------===//
+
+/// The most memory this process may hold: physical memory, or less under
+/// an address-space or data limit (ulimit -v, ulimit -d). Not what is free
+/// now, which other processes change from run to run.
+struct MemoryLimit {
+  int64_t bytes = std::numeric_limits<int64_t>::max();
+  const char *what = "no limit known";
+};
+
+MemoryLimit hostMemoryLimit() {
+  MemoryLimit limit;
+  long pages = sysconf(_SC_PHYS_PAGES), pageSize = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && pageSize > 0 &&
+      pages <= std::numeric_limits<int64_t>::max() / pageSize)
+    limit = {static_cast<int64_t>(pages) * pageSize, "physical memory"};
+  for (auto [resource, what] :
+       {std::pair{RLIMIT_AS, "the address-space limit (ulimit -v)"},
+        std::pair{RLIMIT_DATA, "the data-segment limit (ulimit -d)"}}) {
+    struct rlimit rl;
+    if (getrlimit(resource, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < static_cast<rlim_t>(limit.bytes))
+      limit = {static_cast<int64_t>(rl.rlim_cur), what};
+  }
+  return limit;
+}
+
+int64_t saturatingAdd(int64_t a, int64_t b) {
+  int64_t sum;
+  return llvm::AddOverflow(a, b, sum) ? std::numeric_limits<int64_t>::max()
+                                      : sum;
+}
+
+int64_t saturatingMul(int64_t a, int64_t b) {
+  int64_t product;
+  return llvm::MulOverflow(a, b, product)
+             ? std::numeric_limits<int64_t>::max()
+             : product;
+}
+
+/// Bytes of a host tensor of `signature`, saturating.
+int64_t bytesOf(const TensorSignature &signature) {
+  int64_t bytes = elementSize(signature.elementType);
+  for (int64_t extent : signature.shape)
+    bytes = saturatingMul(bytes, extent);
+  return bytes;
+}
+
+/// Refuses to run `func` when the host tensors its run allocates at once
+/// cannot fit in memory: the reference's inputs and results, and under
+/// --verify every device's input and result tiles (inputs twice: a fresh
+/// copy checks that no device wrote into its inputs). An allocation that
+/// large aborts the process ("LLVM ERROR: out of memory"); refused here, the
+/// error names the largest value and the bytes. The estimate leaves out
+/// staging buffers and the JIT's own memory, so a run just under the limit
+/// may still fail.
+llvm::Error checkHostMemory(func::FuncOp func,
+                            const FunctionSignature &signature,
+                            ShardedRunner *sharded) {
+  int64_t total = 0, largest = -1;
+  std::string largestName;
+  auto count = [&](const std::string &what, int64_t bytes) {
+    total = saturatingAdd(total, bytes);
+    if (bytes > largest) {
+      largest = bytes;
+      largestName = what;
+    }
+  };
+  auto typeText = [](const TensorSignature &t) {
+    return "tensor<" + formatTensorType(t.elementType, t.shape) + ">";
+  };
+  for (auto [i, argument] : llvm::enumerate(signature.arguments))
+    count("argument #" + std::to_string(i) + " (" + typeText(argument) + ")",
+          bytesOf(argument));
+  for (auto [i, result] : llvm::enumerate(signature.results))
+    count("result #" + std::to_string(i) + " (" + typeText(result) + ")",
+          bytesOf(result));
+  if (verifyResults && sharded) {
+    if (auto function = sharded->getFunction(func.getSymName())) {
+      for (const PartitionClass &partition : function->classes) {
+        int64_t devices = static_cast<int64_t>(partition.devices.size());
+        for (auto [i, input] : llvm::enumerate(partition.inputs))
+          count("the tiles of argument #" + std::to_string(i) + " on " +
+                    std::to_string(devices) + " devices of " + partition.name,
+                saturatingMul(saturatingMul(bytesOf(input), devices), 2));
+        for (auto [i, result] : llvm::enumerate(partition.results))
+          count("the tiles of result #" + std::to_string(i) + " on " +
+                    std::to_string(devices) + " devices of " + partition.name,
+                saturatingMul(bytesOf(result), devices));
+      }
+    } else {
+      llvm::consumeError(function.takeError());
+    }
+  }
+  MemoryLimit limit = hostMemoryLimit();
+  if (total <= limit.bytes)
+    return llvm::Error::success();
+  std::string message =
+      llvm::formatv("cannot run @{0}: {1} takes {2} bytes, and the run "
+                    "{3} bytes in all, more than the {4} bytes of {5}",
+                    func.getSymName(), largestName, largest,
+                    total == std::numeric_limits<int64_t>::max()
+                        ? std::string("more than 2^63")
+                        : std::to_string(total),
+                    limit.bytes, limit.what)
+          .str();
+  func.emitError() << message;
+  return makeError(message);
+}
+
+//===----------------------------------------------------------------------===//
 // Running functions
 //===----------------------------------------------------------------------===//
 
@@ -480,6 +598,8 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
   auto signature = runner.getSignature(name);
   if (!signature)
     return fail(signature.takeError());
+  if (llvm::Error err = checkHostMemory(func, *signature, sharded))
+    return fail(std::move(err));
   // Argument i is stream i of the fill (InputFill.h).
   std::vector<HostTensor> inputs;
   for (auto [i, argument] : llvm::enumerate(signature->arguments))
@@ -600,6 +720,12 @@ int runMain() {
 
   FailureOr<std::vector<std::string>> names = selectFunctions(*module);
   if (failed(names))
+    return 1;
+
+  // Before any pass: types too large to count, recursion, calls of
+  // declarations and tensors inside regions would crash, never end or go
+  // exponential in the lowering (docs/limits.md).
+  if (failed(checkReferenceLimits(*module, *names)))
     return 1;
 
   // The CPU pipeline starts with propagation: a program whose placements do

@@ -76,6 +76,17 @@ void registerReferenceDialects(mlir::DialectRegistry &registry);
 /// with an error on the op, on a polymesh op that is not an identity.
 mlir::LogicalResult stripSharding(mlir::ModuleOp module);
 
+/// Refuses, before anything is lowered, what the reference cannot run or
+/// whose lowering does not end (docs/limits.md): a static type whose
+/// element count or byte size overflows int64, a recursive call graph, a
+/// call of a function without a body, and tensors inside regions (upstream
+/// bufferization is exponential in nested `scf.execute_region`s; the CPU
+/// pipeline's partitioning refuses them too). Checks `functions` (all
+/// public functions with a body when empty) and every function they call;
+/// each error goes to the context's handler at the op's location.
+mlir::LogicalResult checkReferenceLimits(mlir::ModuleOp module,
+                                         llvm::ArrayRef<std::string> functions);
+
 /// Upstream passes from a stripped tensor program to the LLVM dialect.
 void buildReferenceLoweringPipeline(mlir::OpPassManager &pm);
 
