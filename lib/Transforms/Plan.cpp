@@ -274,13 +274,9 @@ private:
     if (failed(to))
       return failure();
     Type element = type.getElementType();
-    int64_t elementBytes =
-        element.isIntOrFloat()
-            ? std::max<int64_t>(1, (element.getIntOrFloatBitWidth() + 7) / 8)
-            : 0;
+    int64_t elementBytes = elementByteSize(element);
     if (elementBytes == 0)
-      return emit() << "element type " << element
-                    << " has no fixed size in bytes";
+      return emit() << unmovableElementReason(element);
     absl::StatusOr<std::shared_ptr<const planner::TransferPlan>> plan =
         cache->getOrPlan(*from, *to, elementBytes, options);
     if (!plan.ok())

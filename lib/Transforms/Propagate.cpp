@@ -62,9 +62,14 @@ int64_t saturatingMul(int64_t a, int64_t b) {
 }
 
 int64_t elementBytes(Type type) {
+  // Unmovable types are refused by --polymesh-plan; for pricing, their
+  // padded size is as good as any.
   Type element = cast<ShapedType>(type).getElementType();
+  if (int64_t bytes = elementByteSize(element))
+    return bytes;
   if (element.isIntOrFloat())
-    return std::max<int64_t>(1, (element.getIntOrFloatBitWidth() + 7) / 8);
+    return llvm::PowerOf2Ceil(
+        llvm::divideCeil(element.getIntOrFloatBitWidth(), 8));
   return 8;
 }
 

@@ -51,7 +51,7 @@ func.func @unsharded_producer(%x: tensor<8xf32>) -> tensor<8xf32> {
 polymesh.mesh @m = <["a"=2]>
 
 func.func @no_byte_size(%x: tensor<8xindex> {polymesh.sharding = #polymesh.sharding<@m, [{"a"}]>}) -> tensor<8xindex> {
-  // expected-error @+1 {{'polymesh.reshard' op cannot be planned: element type 'index' has no fixed size in bytes}}
+  // expected-error @+1 {{'polymesh.reshard' op cannot be planned: element type 'index' cannot be moved: it has no fixed size in bytes}}
   %0 = polymesh.reshard %x <@m, [{}]> : tensor<8xindex>
   return %0 : tensor<8xindex>
 }

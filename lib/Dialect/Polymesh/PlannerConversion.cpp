@@ -8,6 +8,8 @@
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Planner/Planner.h"
 
+#include "llvm/Support/MathExtras.h"
+
 #include <algorithm>
 
 using namespace mlir;
@@ -110,13 +112,40 @@ bool plannerReduces(const planner::TensorLayout &source,
 }
 } // namespace
 
+int64_t polymesh::elementByteSize(Type element) {
+  if (!element.isIntOrFloat())
+    return 0;
+  int64_t bytes = std::max<int64_t>(
+      1, llvm::divideCeil(element.getIntOrFloatBitWidth(), 8));
+  return llvm::isPowerOf2_64(bytes) ? bytes : 0;
+}
+
+std::string polymesh::unmovableElementReason(Type element) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "element type '" << element << "' cannot be moved: ";
+  if (!element.isIntOrFloat()) {
+    os << "it has no fixed size in bytes";
+    return text;
+  }
+  // LLVM's x86-64 layout: store size rounded up to its alignment, which is
+  // the next power of two, at most 16 bytes.
+  uint64_t bytes = llvm::divideCeil(element.getIntOrFloatBitWidth(), 8);
+  uint64_t padded = llvm::alignTo(bytes, std::min<uint64_t>(
+                                             llvm::PowerOf2Ceil(bytes), 16));
+  os << "LLVM stores its " << element.getIntOrFloatBitWidth() << " bits in "
+     << padded << " bytes with undefined padding; use a width whose whole "
+     << "bytes are a power of two (i1, i8, i16, i32, i64, f16, bf16, f32, "
+     << "f64, ...)";
+  return text;
+}
+
 planner::TransferPlan
 polymesh::toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
                         const planner::TensorLayout &destination) {
   auto type = cast<RankedTensorType>(op.getResult().getType());
-  // As --polymesh-plan sizes elements: whole bytes, at least one (i1).
-  int64_t elementBytes = std::max<int64_t>(
-      1, (type.getElementType().getIntOrFloatBitWidth() + 7) / 8);
+  // As --polymesh-plan sizes elements (the verifier refuses the others).
+  int64_t elementBytes = elementByteSize(type.getElementType());
 
   planner::TransferPlan plan;
   plan.shape.assign(type.getShape().begin(), type.getShape().end());

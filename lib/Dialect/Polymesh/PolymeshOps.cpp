@@ -122,6 +122,8 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
                          << (sourceMesh ? getDestination().getMeshName()
                                         : getSource().getMeshName());
   auto emit = [&]() { return emitOpError(); };
+  if (!elementByteSize(type.getElementType()))
+    return emitOpError() << unmovableElementReason(type.getElementType());
   if (failed(getSource().verifyFor(emit, sourceMesh, type)) ||
       failed(getDestination().verifyFor(emit, destinationMesh, type)))
     return failure();

@@ -21,11 +21,23 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 
+#include <string>
+
 namespace polymesh {
 
 // PolymeshOps.h is not included: users of the attribute conversions below
 // (the op verifiers among them) need no op classes.
 class TransferOp;
+
+/// Bytes one element of `element` takes in a buffer, as LLVM lays out a
+/// memref of it; 0 when Polymesh cannot move it. Widths whose whole bytes
+/// are a power of two (i1, i4, i8, bf16, f32, i128, ...) take exactly those
+/// bytes. Others are padded by LLVM (i17 takes 4 bytes, i48 8, f80 16) with
+/// undefined padding bits, and are refused rather than moved as 3, 6 or 10.
+int64_t elementByteSize(mlir::Type element);
+
+/// The diagnostic text for an element type that elementByteSize refuses.
+std::string unmovableElementReason(mlir::Type element);
 
 /// The planner's view of a verified mesh attribute.
 planner::Mesh toPlannerMesh(MeshAttr mesh);
