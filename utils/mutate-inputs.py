@@ -40,6 +40,24 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     return bytes(data)
 
 
+# Crashes inside upstream MLIR's own op parsers that Polymesh cannot fix
+# (its tools link Debian's libMLIR as it is). They are reported by name and
+# counted apart, never as passes; docs/limits.md lists them.
+KNOWN_UPSTREAM_CRASHES = {
+    # LLVM 22's linalg.broadcast parser stores a null `dimensions` attribute
+    # after a malformed one ("dimensions =ions = [0]") and dereferences it.
+    "mlir::linalg::BroadcastOp::parse": "linalg.broadcast parser, LLVM 22",
+}
+
+
+def upstream_crash(stderr: str):
+    """The known upstream crash whose frame is on the stack, if any."""
+    for frame, name in KNOWN_UPSTREAM_CRASHES.items():
+        if frame in stderr:
+            return name
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("tool")
@@ -64,6 +82,7 @@ def main() -> int:
     os.makedirs(opts.out_dir, exist_ok=True)
     rng = random.Random(opts.seed)
     failures = 0
+    upstream = 0
     for case in range(opts.cases):
         if case % 10 == 9:
             data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 512)))
@@ -84,7 +103,11 @@ def main() -> int:
         stderr = result.stderr.decode("utf-8", "replace")
         crashed = result.returncode not in (0, 1) or "Stack dump" in stderr \
             or "PLEASE submit a bug report" in stderr
-        if crashed:
+        if crashed and upstream_crash(stderr):
+            print("case %d: known upstream crash (%s): %s" %
+                  (case, upstream_crash(stderr), path))
+            upstream += 1
+        elif crashed:
             print("case %d: exit %d: %s\n%s" % (case, result.returncode, path,
                                                 stderr[-2000:]))
             failures += 1
@@ -93,7 +116,9 @@ def main() -> int:
             failures += 1
         else:
             os.remove(path)
-    print("%d passed, %d failed" % (opts.cases - failures, failures))
+    if upstream:
+        print("%d known upstream crashes" % upstream)
+    print("%d passed, %d failed" % (opts.cases - failures - upstream, failures))
     return 1 if failures else 0
 
 

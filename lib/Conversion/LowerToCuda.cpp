@@ -741,6 +741,12 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
                 isa<tensor::ExtractSliceOp>(use.getOwner()));
       });
     }
+    // A tile with no elements (the device holds nothing of the value) has
+    // nothing to place, whoever uses it.
+    if (auto empty = dyn_cast<tensor::EmptyOp>(op);
+        empty && empty.getType().hasStaticShape() &&
+        empty.getType().getNumElements() == 0)
+      return true;
     if (auto empty = dyn_cast<tensor::EmptyOp>(op))
       return llvm::all_of(empty->getUses(), [](OpOperand &use) {
         auto fill = dyn_cast<linalg::FillOp>(use.getOwner());

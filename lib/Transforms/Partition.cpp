@@ -32,6 +32,7 @@
 #include "mlir/IR/Matchers.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include <map>
 #include <optional>
@@ -521,6 +522,24 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
             builder, opLoc, type, full, dynamicOffsets, sizes, strides);
       }
       mapping.map(constant.getResult(), replacement);
+      continue;
+    }
+    // Devices that hold nothing of an op's results (they lie outside its
+    // mesh) do not run it: its local form would have zero-size operands
+    // that some ops refuse (tosa) or index out of bounds (extract_slice
+    // with static offsets), and there is nothing to compute.
+    if (op.getNumResults() > 0 && isMemoryEffectFree(&op) &&
+        llvm::all_of(op.getResults(), [&](Value result) {
+          return isa<RankedTensorType>(result.getType()) &&
+                 localType(result, representative).getNumElements() == 0;
+        })) {
+      for (Value result : op.getResults())
+        mapping.map(result,
+                    tensor::EmptyOp::create(
+                        builder, opLoc,
+                        localType(result, representative).getShape(),
+                        cast<RankedTensorType>(result.getType())
+                            .getElementType()));
       continue;
     }
     // A partial sum must start from zero everywhere but once per reduction

@@ -47,6 +47,11 @@ int64_t productOf(ArrayRef<AxisRefAttr> axes, MeshAttr mesh) {
 }
 
 bool overlaps(Ref a, Ref b) {
+  // A size-1 reference has an empty factor range, so the range test alone
+  // would let propagation list a size-1 axis on two dimensions, which the
+  // planner refuses (as Layout.cpp's AxisRef::overlaps does).
+  if (a.name == b.name && a.preSize == b.preSize && a.size == b.size)
+    return true;
   return a.name == b.name && a.preSize < b.preSize * b.size &&
          b.preSize < a.preSize * a.size;
 }

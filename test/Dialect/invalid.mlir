@@ -323,3 +323,13 @@ func.func @f() {
   %c = arith.constant {polymesh.color = "x"} dense<0.0> : tensor<2xf32>
   return
 }
+
+// -----
+
+// A size-1 axis listed twice is a reuse, as the planner counts it, though
+// it splits nothing (issue 13, item 12).
+polymesh.mesh @m = <["z"=1, "x"=2]>
+// expected-error @+1 {{argument #0: axis "z" in dimension 1 overlaps "z" in dimension 0; each mesh axis may shard a value only once}}
+func.func @size_one_axis_twice(%a: tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"z"}, {"z"}]>}) -> tensor<8x8xf32> {
+  return %a : tensor<8x8xf32>
+}

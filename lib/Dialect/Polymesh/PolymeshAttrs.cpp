@@ -453,7 +453,9 @@ ShardingAttr::verifyFor(function_ref<InFlightDiagnostic()> emitError,
       llvm::raw_string_ostream firstOs(first), secondOs(second);
       use.ref.print(firstOs);
       ref.print(secondOs);
-      if (lo < use.hi && use.lo < hi)
+      // The same reference twice is a reuse even where its range is empty
+      // (a size-1 axis), as the planner counts it.
+      if ((lo < use.hi && use.lo < hi) || (lo == use.lo && hi == use.hi))
         return emitError() << "axis " << second << " in " << where
                            << " overlaps " << first << " in " << use.where
                            << "; each mesh axis may shard a value only once";
