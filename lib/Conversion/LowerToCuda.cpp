@@ -753,14 +753,36 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
              elementOk(fill.getResult(0).getType());
     return false;
   };
+  if (function.getNumArguments() < 3)
+    return function.emitError() << "is not a partitioned function";
+  // Inputs and results cross the host function as device pointers to
+  // row-major tiles, so each must be a tensor of a fixed size in bytes.
+  // Anything else (a scalar, an index, a memref, a vector) has no place in
+  // that signature; the caller would pass or receive the wrong thing.
+  auto isDeviceBuffer = [](Type type) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    return tensor && tensor.hasStaticShape() &&
+           tensor.getElementType().isIntOrFloat();
+  };
+  auto refuseBoundary = [&](StringRef kind, unsigned index, Type type) {
+    return function.emitError()
+           << kind << " #" << index << " has type " << type
+           << ": the cuda target passes only statically shaped tensors of "
+              "integers or floats (as device pointers)";
+  };
+  for (unsigned i = 3, e = function.getNumArguments(); i < e; ++i)
+    if (!isDeviceBuffer(function.getArgument(i).getType()))
+      return refuseBoundary("argument", i - 3,
+                            function.getArgument(i).getType());
+  for (auto [i, type] : llvm::enumerate(function.getResultTypes()))
+    if (!isDeviceBuffer(type))
+      return refuseBoundary("result", i, type);
   for (Operation &op : body)
     if (!placesData(op))
       return op.emitError()
              << "cannot be lowered to CUDA: the cuda target moves and places "
                 "data (exchanges, dense constants, fills of a constant, "
                 "reshapes) but has no kernels for computation yet";
-  if (function.getNumArguments() < 3)
-    return function.emitError() << "is not a partitioned function";
 
   // (runtime, device, position, input pointers..., result pointers...).
   SmallVector<Type> args = {ptrType, i64Type, IndexType::get(context)};
