@@ -15,7 +15,9 @@ every output is byte-identical to the first run's:
                 pointer order differs from the other runs
   rerun         threads-all again: with ASLR, each process has other
                 pointers and another Abseil hash seed
-Each configuration runs --repeat times (default 1).
+Each configuration runs --repeat times (default 1). With --runs N, the
+configurations run in turn until N runs in all (N=10: every configuration
+once, then threads-off, threads-1, threads-all and no-aslr again).
 
 Compared outputs: the IR written with -o, stdout (stats, plans, leaf
 tables), stderr (diagnostics), the exit code, and every file the pipeline
@@ -28,7 +30,7 @@ differ"); on a difference, the first differing line and the run's
 configuration. Exits with 1 when anything differs.
 
 usage: determinism-check.py POLYMESH_OPT WORKDIR INPUT... [--arg=ARG ...]
-                            [--repeat K]
+                            [--repeat K | --runs N]
 """
 import argparse
 import difflib
@@ -94,35 +96,43 @@ def main():
     parser.add_argument('inputs', nargs='+')
     parser.add_argument('--arg', action='append', default=[])
     parser.add_argument('--repeat', type=int, default=1)
+    parser.add_argument('--runs', type=int, default=0)
     options = parser.parse_args()
 
     configs, num_cpus = configurations()
-    print('configurations: %s; up to %d threads; %d run(s) each' % (
-        ', '.join(name for name, _, _, _ in configs), num_cpus,
-        options.repeat))
+    if options.runs:
+        # (configuration, its run number) in turn until --runs in all.
+        schedule = [(configs[i % len(configs)], i // len(configs))
+                    for i in range(options.runs)]
+        print('configurations: %s; up to %d threads; %d runs in turn' % (
+            ', '.join(name for name, _, _, _ in configs), num_cpus,
+            options.runs))
+    else:
+        schedule = [(config, r) for config in configs
+                    for r in range(options.repeat)]
+        print('configurations: %s; up to %d threads; %d run(s) each' % (
+            ', '.join(name for name, _, _, _ in configs), num_cpus,
+            options.repeat))
     differing = 0
-    runs = len(configs) * options.repeat
+    runs = len(schedule)
     for input_path in options.inputs:
         base = None
         base_config = None
         problem = None
-        for name, prefix, extra, env in configs:
-            for r in range(options.repeat):
-                out_dir = os.path.join(options.workdir, '%s.%s.%d' % (
-                    os.path.basename(input_path), name, r))
-                outputs = run_once(options.tool, input_path, options.arg,
-                                   out_dir, prefix, extra, env)
-                if base is None:
-                    base, base_config = outputs, '%s #%d' % (name, r)
-                    continue
-                for key in sorted(set(base) | set(outputs)):
-                    if base.get(key) != outputs.get(key):
-                        problem = '%s differs between %s and %s #%d: %s' % (
-                            key, base_config, name, r,
-                            first_difference(base.get(key, b''),
-                                             outputs.get(key, b'')))
-                        break
-                if problem:
+        for (name, prefix, extra, env), r in schedule:
+            out_dir = os.path.join(options.workdir, '%s.%s.%d' % (
+                os.path.basename(input_path), name, r))
+            outputs = run_once(options.tool, input_path, options.arg,
+                               out_dir, prefix, extra, env)
+            if base is None:
+                base, base_config = outputs, '%s #%d' % (name, r)
+                continue
+            for key in sorted(set(base) | set(outputs)):
+                if base.get(key) != outputs.get(key):
+                    problem = '%s differs between %s and %s #%d: %s' % (
+                        key, base_config, name, r,
+                        first_difference(base.get(key, b''),
+                                         outputs.get(key, b'')))
                     break
             if problem:
                 break

@@ -27,6 +27,7 @@
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
 #include "mlir/Dialect/Bufferization/Pipelines/Passes.h"
+#include "mlir/Dialect/Bufferization/Transforms/BufferUtils.h"
 #include "mlir/Dialect/Bufferization/Transforms/FuncBufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/ControlFlow/Transforms/BufferDeallocationOpInterfaceImpl.h"
@@ -37,6 +38,7 @@
 #include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/MemRef/Transforms/AllocationOpInterfaceImpl.h"
 #include "mlir/Dialect/MemRef/Transforms/Passes.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -79,6 +81,42 @@ struct DistinctResultsPass
       }
     });
   }
+};
+
+/// Creates the memref.global of every tensor constant, in program order,
+/// before one-shot bufferization does. Module bufferization visits
+/// functions in an order it takes from a DenseMap keyed by FuncOp (LLVM 22,
+/// getFuncOpsOrderedByCalls), that is by address, and each constant's
+/// global is created, named (`__constant_8xf32_3`) and placed as its
+/// function is reached: the globals' order and suffixes changed from run to
+/// run. Bufferization reuses an existing global with the same value and
+/// alignment, so creating them here fixes both.
+struct ConstantGlobalsPass
+    : public PassWrapper<ConstantGlobalsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ConstantGlobalsPass)
+  explicit ConstantGlobalsPass(uint64_t alignment) : alignment(alignment) {}
+  StringRef getArgument() const final { return "polymesh-constant-globals"; }
+  void getDependentDialects(DialectRegistry &registry) const final {
+    registry.insert<memref::MemRefDialect>();
+  }
+  void runOnOperation() final {
+    SymbolTableCollection symbolTables;
+    WalkResult result = getOperation().walk([&](arith::ConstantOp constant) {
+      // The constants that arith's bufferization turns into globals, with
+      // its default (absent) memory space.
+      if (!isa<RankedTensorType>(constant.getType()))
+        return WalkResult::advance();
+      if (failed(bufferization::getGlobalFor(constant, symbolTables,
+                                             alignment))) {
+        constant.emitError() << "cannot create a global for this constant";
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (result.wasInterrupted())
+      signalPassFailure();
+  }
+  uint64_t alignment;
 };
 } // namespace
 
@@ -128,6 +166,7 @@ void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(std::make_unique<ConstantGlobalsPass>(bufferize.bufferAlignment));
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
   // Results become out-parameters that the caller allocates: no memref is
   // returned across the C interface, so nothing allocated by generated code

@@ -48,6 +48,10 @@
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/TargetSelect.h"
+
 namespace polymesh {
 #define GEN_PASS_DEF_POLYMESHLOWERTOCUDA
 #include "polymesh/Conversion/Passes.h.inc"
@@ -759,14 +763,36 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
              elementOk(fill.getResult(0).getType());
     return false;
   };
+  if (function.getNumArguments() < 3)
+    return function.emitError() << "is not a partitioned function";
+  // Inputs and results cross the host function as device pointers to
+  // row-major tiles, so each must be a tensor of a fixed size in bytes.
+  // Anything else (a scalar, an index, a memref, a vector) has no place in
+  // that signature; the caller would pass or receive the wrong thing.
+  auto isDeviceBuffer = [](Type type) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    return tensor && tensor.hasStaticShape() &&
+           tensor.getElementType().isIntOrFloat();
+  };
+  auto refuseBoundary = [&](StringRef kind, unsigned index, Type type) {
+    return function.emitError()
+           << kind << " #" << index << " has type " << type
+           << ": the cuda target passes only statically shaped tensors of "
+              "integers or floats (as device pointers)";
+  };
+  for (unsigned i = 3, e = function.getNumArguments(); i < e; ++i)
+    if (!isDeviceBuffer(function.getArgument(i).getType()))
+      return refuseBoundary("argument", i - 3,
+                            function.getArgument(i).getType());
+  for (auto [i, type] : llvm::enumerate(function.getResultTypes()))
+    if (!isDeviceBuffer(type))
+      return refuseBoundary("result", i, type);
   for (Operation &op : body)
     if (!placesData(op))
       return op.emitError()
              << "cannot be lowered to CUDA: the cuda target moves and places "
                 "data (exchanges, dense constants, fills of a constant, "
                 "reshapes) but has no kernels for computation yet";
-  if (function.getNumArguments() < 3)
-    return function.emitError() << "is not a partitioned function";
 
   // (runtime, device, position, input pointers..., result pointers...).
   SmallVector<Type> args = {ptrType, i64Type, IndexType::get(context)};
@@ -1025,9 +1051,110 @@ LogicalResult CudaLowering::run() {
   return finishPartitionedModule(module, /*readOnlyArguments=*/false);
 }
 
+/// The oldest PTX ISA version (times ten) that supports each processor.
+/// LLVM 22's NVPTX backend knows it but keeps it in NVPTXSubtarget, where a
+/// PTX version that is too old is a fatal error ("PTX version 6.0 does not
+/// support target 'sm_90'"), not a diagnostic: the figures are the PTX ISA
+/// release notes', checked against that error for every processor.
+struct MinimumPtx {
+  const char *chip;
+  unsigned ptx;
+};
+constexpr MinimumPtx kMinimumPtx[] = {
+    {"sm_20", 32},   {"sm_21", 32},   {"sm_30", 32},   {"sm_32", 40},
+    {"sm_35", 32},   {"sm_37", 41},   {"sm_50", 40},   {"sm_52", 41},
+    {"sm_53", 42},   {"sm_60", 50},   {"sm_61", 50},   {"sm_62", 50},
+    {"sm_70", 60},   {"sm_72", 61},   {"sm_75", 63},   {"sm_80", 70},
+    {"sm_86", 71},   {"sm_87", 74},   {"sm_88", 90},   {"sm_89", 78},
+    {"sm_90", 78},   {"sm_90a", 80},  {"sm_100", 86},  {"sm_100a", 86},
+    {"sm_100f", 88}, {"sm_101", 86},  {"sm_101a", 86}, {"sm_101f", 88},
+    {"sm_103", 88},  {"sm_103a", 88}, {"sm_103f", 88}, {"sm_110", 90},
+    {"sm_110a", 90}, {"sm_110f", 90}, {"sm_120", 87},  {"sm_120a", 87},
+    {"sm_120f", 88}, {"sm_121", 88},  {"sm_121a", 88}, {"sm_121f", 88},
+};
+
+/// Checks `chip` and `features` before anything is compiled: the chip must
+/// be a processor of LLVM's NVPTX backend (sm_NN, sm_NNa, sm_NNf) and the
+/// features exactly one of its PTX versions (+ptxNN), at least the oldest
+/// that supports the chip (sm_90: PTX 7.8). Unchecked, a bad chip reached
+/// upstream's SM version parser (NVVMCheckSMVersion::
+/// getTargetSMVersionFromStr), which reads an uninitialized int when the
+/// name has no digits after "sm_": chip=foo failed or passed at random, and
+/// NVPTX then wrote `.target foo` PTX that ptxas refuses.
+LogicalResult verifyCudaTarget(MLIRContext *context, StringRef chip,
+                               StringRef features) {
+  auto fail = [&]() {
+    return mlir::emitError(UnknownLoc::get(context))
+           << "polymesh-lower-to-cuda: ";
+  };
+  const char *triple = "nvptx64-nvidia-cuda";
+  LLVMInitializeNVPTXTargetInfo();
+  LLVMInitializeNVPTXTargetMC();
+  std::string message;
+  const llvm::Target *target =
+      llvm::TargetRegistry::lookupTarget(llvm::Triple(triple), message);
+  if (!target)
+    return fail() << "LLVM's NVPTX backend is not available: " << message;
+  // The default processor's subtarget lists every processor and feature;
+  // one for an unknown processor would print a warning of its own.
+  std::unique_ptr<llvm::MCSubtargetInfo> info(
+      target->createMCSubtargetInfo(llvm::Triple(triple), "", ""));
+  if (!info)
+    return fail() << "LLVM's NVPTX backend gave no subtarget information";
+  auto number = [](StringRef name) {
+    unsigned value = 0;
+    (void)name.drop_while([](char c) { return !llvm::isDigit(c); })
+        .take_while(llvm::isDigit)
+        .getAsInteger(10, value);
+    return value;
+  };
+  auto byNumber = [&](StringRef a, StringRef b) {
+    return std::make_pair(number(a), a) < std::make_pair(number(b), b);
+  };
+  const MinimumPtx *minimum = llvm::find_if(
+      kMinimumPtx, [&](const MinimumPtx &entry) { return chip == entry.chip; });
+  if (!chip.starts_with("sm_") || !info->isCPUStringValid(chip) ||
+      minimum == std::end(kMinimumPtx)) {
+    SmallVector<StringRef> chips;
+    for (const llvm::SubtargetSubTypeKV &processor :
+         info->getAllProcessorDescriptions())
+      if (llvm::any_of(kMinimumPtx, [&](const MinimumPtx &entry) {
+            return StringRef(processor.Key) == entry.chip;
+          }))
+        chips.push_back(processor.Key);
+    llvm::sort(chips, byNumber);
+    return fail() << "unknown chip '" << chip << "'; known: "
+                  << llvm::join(chips, ", ");
+  }
+  SmallVector<StringRef> versions;
+  for (const llvm::SubtargetFeatureKV &feature :
+       info->getAllProcessorFeatures()) {
+    StringRef key = feature.Key;
+    if (key.consume_front("ptx") && !key.empty() &&
+        llvm::all_of(key, llvm::isDigit))
+      versions.push_back(feature.Key);
+  }
+  llvm::sort(versions, byNumber);
+  StringRef requested = features;
+  if (!requested.consume_front("+") || !llvm::is_contained(versions, requested))
+    return fail() << "features '" << features
+                  << "' must be one PTX version, +ptxNN; known: +"
+                  << llvm::join(versions, ", +");
+  if (number(requested) < minimum->ptx)
+    return fail() << "features '" << features << "' are too old for chip '"
+                  << chip << "': it needs +ptx" << minimum->ptx
+                  << " or newer";
+  return success();
+}
+
 struct PolymeshLowerToCudaPass
     : public polymesh::impl::PolymeshLowerToCudaBase<PolymeshLowerToCudaPass> {
   using Base::Base;
+
+  /// Options are checked before any pass of the pipeline runs.
+  LogicalResult initialize(MLIRContext *context) final {
+    return verifyCudaTarget(context, chip, features);
+  }
 
   /// Host code and kernels to the LLVM dialect, kernels to PTX.
   static void buildPipeline(OpPassManager &pm) {

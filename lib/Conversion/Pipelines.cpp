@@ -25,10 +25,12 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Per-device staging limit of the planner (0: none)"),
       llvm::cl::init(0)};
   Option<std::string> chip{*this, "chip",
-                           llvm::cl::desc("target=cuda: NVVM chip"),
+                           llvm::cl::desc("target=cuda: NVVM chip, an NVPTX "
+                                          "processor (sm_NN, sm_NNa, sm_NNf)"),
                            llvm::cl::init("sm_90")};
   Option<std::string> features{*this, "features",
-                               llvm::cl::desc("target=cuda: NVPTX features"),
+                               llvm::cl::desc("target=cuda: one PTX version, "
+                                              "+ptxNN, that the chip accepts"),
                                llvm::cl::init("+ptx80")};
 };
 /// Reports an unsupported target on the module and fails: a pipeline builder

@@ -101,7 +101,18 @@ def PolymeshLowerToCuda : Pass<"polymesh-lower-to-cuda", "mlir::ModuleOp"> {
       (tiles are row-major).
 
     Any other op computes and is refused with a diagnostic at the op (it
-    would need kernels of its own). The host side is left in
+    would need kernels of its own), and so is a function with an argument
+    or result that is not a statically shaped tensor of integers or floats
+    (a scalar, an index, a memref, a vector): the host function passes
+    only device pointers to tiles.
+
+    `chip` and `features` are checked before any pass runs: the chip must
+    be a processor of LLVM's NVPTX backend (`sm_NN`, `sm_NNa`, `sm_NNf`) and
+    the features exactly one of its PTX versions, `+ptxNN`, at least the
+    oldest that supports the chip (sm_90: `+ptx78`; sm_90a: `+ptx80`;
+    sm_100: `+ptx86`). The minimum versions are a table in
+    `LowerToCuda.cpp` (LLVM keeps them where a version that is too old is a
+    fatal error). The host side is left in
     the LLVM dialect with `gpu.launch_func` on a `gpu.binary`;
     `polymesh-translate --mlir-to-llvmir` turns it into LLVM IR whose
     launches call the `mgpu*` wrappers, and `--polymesh-to-ptx` prints the
@@ -109,9 +120,11 @@ def PolymeshLowerToCuda : Pass<"polymesh-lower-to-cuda", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90\"",
-           "NVVM target chip of the kernels">,
+           "NVVM target chip of the kernels: an NVPTX processor (sm_NN, "
+           "sm_NNa, sm_NNf)">,
     Option<"features", "features", "std::string", /*default=*/"\"+ptx80\"",
-           "NVPTX features (a PTX version sm_90 accepts)">,
+           "NVPTX features: one PTX version, +ptxNN, that the chip "
+           "accepts (sm_90: +ptx78 or newer)">,
   ];
 }
 
