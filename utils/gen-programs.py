@@ -53,7 +53,17 @@ KNOWN = {
     # Found by this generator: DESIGN.md accepts `<@dev, []>` for a tensor of
     # any rank on an axis-less one-device mesh; the verifier refuses rank > 0.
     "maximal-sharding": "maximal sharding `[]` on a tensor of rank > 0 (refused)",
+    # Found by this generator: `x op x` that folds to x (max, min, and, or)
+    # or to a constant (sub, xor) crashes the CPU lowering
+    # (buffer-results-to-out-params) or the loopback broadcast of the constant.
+    "self-fold": "x op x that folds to x or to a constant (crashes)",
+    # Found by this generator: a matmul over a mesh axis of size 1 gets a
+    # propagated sharding that uses the axis twice, which the planner refuses.
+    "size-one-axis": "mesh axes of size 1 (propagation uses them twice)",
 }
+# Ops for which `x op x` folds.
+SELF_FOLD = {"arith.maximumf", "arith.minimumf", "arith.maxsi", "arith.minsi", "arith.andi",
+             "arith.ori", "arith.subi", "arith.xori", "arith.subf"}
 
 
 # Features left out of generation (set from --avoid / --avoid-known).
@@ -558,7 +568,8 @@ def gen_meshes(rng, tag):
         nax = rng.choice([1, 1, 2, 2, 3])
         sizes = []
         for _ in range(nax):
-            sizes.append(rng.choice([2, 2, 2, 3, 4, 4, 6, 8, 1]))
+            sizes.append(rng.choice([2, 2, 2, 3, 4, 4, 6, 8] +
+                                    ([] if "size-one-axis" in AVOID else [1])))
         while prod(sizes) > 8:
             sizes[rng.randrange(len(sizes))] = 2 if prod(sizes) > 8 else 1
             if prod(sizes) > 8:
@@ -667,7 +678,7 @@ class Gen:
             return cands[-1]
         return self.rng.choice(cands)
 
-    def partner(self, v, exact=False):
+    def partner(self, v, exact=False, kind=None):
         """A second operand of the same type: the value itself (used twice),
         another value, a new argument or a constant."""
         t = self.types[v]
@@ -675,8 +686,10 @@ class Gen:
         r = rng.random()
         same = [i for i, u in enumerate(self.types)
                 if u.shape == t.shape and u.dtype == t.dtype and (not exact or self.exact[i])]
-        if r < 0.2:
+        if r < 0.2 and not ("self-fold" in self.avoid and kind in SELF_FOLD):
             return v
+        if "self-fold" in self.avoid and kind in SELF_FOLD:
+            same = [i for i in same if i != v]
         if r < 0.5 and len(same) > 1:
             return rng.choice(same)
         if r < 0.75 or self.kind != "compute":
@@ -740,7 +753,7 @@ class Gen:
                 kind = rng.choice(BINARY_I1)
             else:
                 kind = rng.choice(BINARY_I)
-            w = self.partner(v)
+            w = self.partner(v, kind=kind)
             if self.avoid and "exchange-clobber" in self.avoid and self.received[w]:
                 return
             self.fed_elementwise.update([v, w])
@@ -957,6 +970,26 @@ def normalize(msg):
     return msg.strip()[:70]
 
 
+FRAME_RE = re.compile(r"^\s*#\d+ 0x[0-9a-f]+ (.+?)(?: \(/| [\w./-]+:\d+|$)")
+
+
+def crash_frame(err):
+    """The first named stack frame past the signal handlers: tells crashes
+    apart, so that shrinking keeps the same one."""
+    for line in err.splitlines():
+        m = FRAME_RE.match(line)
+        if not m:
+            continue
+        name = m.group(1)
+        # generic frames (handlers, libc, walkers) say little about the bug
+        if name.startswith(("llvm::sys::", "(", "__", "std::", "mlir::WalkResult",
+                            "mlir::detail::walk")) or "Signal" in name:
+            continue
+        return re.sub(r"\(.*", "", name).strip()
+    m = re.search(r"(LLVM ERROR|Assertion)[^\n]*", err)
+    return m.group(0)[:80] if m else "?"
+
+
 def analyse(config, rc, out, err):
     """Failures of one run: list of (function or None, signature, detail)."""
     fails = []
@@ -973,9 +1006,9 @@ def analyse(config, rc, out, err):
     crash = rc == "timeout" or (isinstance(rc, int) and (rc < 0 or rc >= 128)) or CRASH_RE.search(err)
     if crash:
         what = "timeout" if rc == "timeout" else "exit %s" % rc
-        m = CRASH_RE.search(err)
-        detail = err.strip().splitlines()[-1] if err.strip() else what
-        fails.append((None, "%s: crash: %s %s" % (config, what, m.group(0) if m else ""), detail))
+        frame = crash_frame(err)
+        detail = frame or (err.strip().splitlines()[-1] if err.strip() else what)
+        fails.append((None, "%s: crash: %s in %s" % (config, what, frame), detail))
     elif rc not in (0, 77) and not fails:
         first = next((l for l in err.splitlines() if "error" in l), err.strip()[:200])
         fails.append((None, "%s: refused: %s" % (config, normalize(first)), first))
@@ -1059,6 +1092,48 @@ def bypass(f, idx, operand):
     return live_ops(renumber(g, ops))
 
 
+def cut(f, idx, how):
+    """Op idx replaced by a new last argument (unsharded, ambient placement)
+    or by a splat constant of its type."""
+    types = infer(f, MESHES_OF[id(f)]) if id(f) in MESHES_OF else None
+    if types is None:
+        raise Invalid("no types")
+    rid, op = f.ops[idx]
+    t = types[rid]
+    g = f.copy()
+    if how == "const":
+        if op.kind in ("splat", "fill"):
+            raise Invalid("already a constant")
+        g.ops[idx] = (rid, Op("splat", [], shape=t.shape, dtype=t.dtype, salt=1, uniform=False))
+        if not g.ambient:
+            g.ambient = next(iter(MESHES_OF[id(f)]))
+        return live_ops(g)
+    # as an argument: append it, then renumber through live_ops
+    na = len(g.args)
+    g.args.append((Value(t.shape, t.dtype), None))
+    newid = 10 ** 6  # placeholder, mapped below
+
+    ops = []
+    for r2, o2 in g.ops:
+        if r2 == rid:
+            continue
+        o2.operands = [newid if o == rid else o for o in o2.operands]
+        ops.append((r2, o2))
+    g.results = [(newid if v == rid else v, s2) for v, s2 in g.results]
+    if not g.ambient:
+        g.ambient = next(iter(MESHES_OF[id(f)]))
+    # move the new argument to index na: ids >= na shift by one
+    def shift(o):
+        return na if o == newid else (o + 1 if o >= na else o)
+    g.ops = [(r2 + 1, Op(o2.kind, [shift(o) for o in o2.operands], **o2.attrs)) for r2, o2 in ops]
+    g.results = [(shift(v), s2) for v, s2 in g.results]
+    return live_ops(renumber(g, g.ops))
+
+
+# Shrinking needs the meshes to infer types inside candidates.
+MESHES_OF = {}
+
+
 def func_candidates(f):
     """Smaller variants of one function, most aggressive first."""
     # results
@@ -1070,9 +1145,12 @@ def func_candidates(f):
     # ops: bypass through an operand
     for i in range(len(f.ops) - 1, -1, -1):
         for j in range(len(f.ops[i][1].operands)):
-            yield bypass(f, i, j)
-    # results as arguments: replace a computed result by a new argument
-    # (cuts the program in front of it)
+            yield from attempt(bypass, f, i, j)
+    # cut the program in front of an op: its result becomes a new argument
+    # or a constant
+    for i in range(len(f.ops) - 1, -1, -1):
+        yield from attempt(cut, f, i, "arg")
+        yield from attempt(cut, f, i, "const")
     # shardings
     for i, (v, s) in enumerate(f.args):
         if s:
@@ -1145,6 +1223,12 @@ def sharding_variants(f, setter, s):
 def mesh_candidates(meshes, funcs):
     """Default device ids, fewer axes."""
     for name, m in meshes.items():
+        for j in range(len(m.axes)):
+            m2 = dict(meshes)
+            m2[name] = Mesh(name, m.axes[:j] + m.axes[j + 1:], m.ids if m.ids is None or
+                            m.axes[j][1] == 1 else None)
+            if m2[name].ids is None or len(m2[name].ids) == m2[name].size():
+                yield m2
         if m.ids is not None and m.axes:
             m2 = dict(meshes)
             m2[name] = Mesh(name, m.axes, None)
@@ -1153,6 +1237,14 @@ def mesh_candidates(meshes, funcs):
             m2 = dict(meshes)
             m2[name] = Mesh(name, m.axes, [0])
             yield m2
+
+
+def attempt(fn, *args):
+    """fn(*args) as a candidate, or none when it cannot be built."""
+    try:
+        yield fn(*args)
+    except (Invalid, KeyError, IndexError):
+        return
 
 
 class Shrinker:
@@ -1195,6 +1287,8 @@ class Shrinker:
         while changed and time.time() - start < budget:
             changed = False
             for fi in range(len(funcs)):
+                MESHES_OF.clear()
+                MESHES_OF[id(funcs[fi])] = meshes
                 for cand in func_candidates(funcs[fi]):
                     if time.time() - start > budget:
                         break
