@@ -957,7 +957,10 @@ def run_cmd(cmd, path, timeout):
                            stderr=subprocess.PIPE, timeout=timeout, text=True, errors="replace")
         return p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
-        return "timeout", e.stdout or "", e.stderr or ""
+        # TimeoutExpired carries bytes even with text=True
+        def text(b):
+            return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+        return "timeout", text(e.stdout), text(e.stderr)
 
 
 def normalize(msg):
