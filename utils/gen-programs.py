@@ -46,21 +46,19 @@ BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i1": 1, "i8": 1,
 # Features that hit bugs being fixed right now; --avoid-known leaves them out
 # so that a CI batch passes, the default generation still hunts them.
 KNOWN = {
-    "index-ops": "linalg.index / tensor.generate use local indices (pending)",
-    "odd-width": "non-byte element widths such as i17 (pending)",
-    "exchange-clobber": "a received value read by an elementwise op and "
-                        "resharded again (bufferization clobber, pending)",
+    # Refused by design since issue 13 (item 4): --polymesh-plan refuses to
+    # move element types that LLVM pads (i17, i12), with a diagnostic; the
+    # round trip through them is only valid where nothing moves them.
+    "odd-width": "element widths LLVM pads (i17, i12): refused when moved",
     # Found by this generator: DESIGN.md accepts `<@dev, []>` for a tensor of
-    # any rank on an axis-less one-device mesh; the verifier refuses rank > 0.
+    # any rank on an axis-less one-device mesh; the verifier refuses rank > 0
+    # (issue 14, item 1).
     "maximal-sharding": "maximal sharding `[]` on a tensor of rank > 0 (refused)",
-    # Found by this generator: `x op x` that folds to x (max, min, and, or)
-    # or to a constant (sub, xor) crashes the CPU lowering
-    # (buffer-results-to-out-params) or the loopback broadcast of the constant.
-    "self-fold": "x op x that folds to x or to a constant (crashes)",
-    # Found by this generator: a matmul over a mesh axis of size 1 gets a
-    # propagated sharding that uses the axis twice, which the planner refuses.
-    "size-one-axis": "mesh axes of size 1 (propagation uses them twice)",
 }
+# Fixed, and generated again: index ops (global indices), the exchange
+# clobber, `x op x` that folds (test/Generated/self-fold-returned-twice.mlir,
+# broadcast-constant-from-one-device.mlir), size-1 axes
+# (size-one-axis-used-twice.mlir).
 # Ops for which `x op x` folds.
 SELF_FOLD = {"arith.maximumf", "arith.minimumf", "arith.maxsi", "arith.minsi", "arith.andi",
              "arith.ori", "arith.subi", "arith.xori", "arith.subf"}

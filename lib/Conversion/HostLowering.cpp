@@ -143,7 +143,6 @@ void polymesh::registerHostLoweringDialects(DialectRegistry &registry) {
 }
 
 void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
-  pm.addPass(std::make_unique<DistinctResultsPass>());
   // TOSA first, in the order upstream's tosa-to-linalg pipeline uses: named
   // ops, then elementwise ops, then what tosa-to-linalg leaves legal
   // (constants, reshapes and slices, control flow).
@@ -166,6 +165,10 @@ void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
+  // Right before bufferization: the TOSA and elementwise passes above fold
+  // `x op x` into `x` (max, min, and, or), which can make a value returned
+  // twice only now.
+  pm.addPass(std::make_unique<DistinctResultsPass>());
   pm.addPass(std::make_unique<ConstantGlobalsPass>(bufferize.bufferAlignment));
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
   // Results become out-parameters that the caller allocates: no memref is

@@ -504,8 +504,11 @@ public:
       const Op &root = *ranks[comm.rankOf.at(first.root)];
       std::vector<char> staged(static_cast<const char *>(root.sendBuf),
                                static_cast<const char *>(root.sendBuf) + size);
+      // An in-place root (receive buffer = send buffer) is not written, as
+      // in NCCL: its buffer may be read-only (a constant's global).
       for (const auto &op : ranks)
-        std::memcpy(op->recvBuf, staged.data(), size);
+        if (op->recvBuf != root.sendBuf)
+          std::memcpy(op->recvBuf, staged.data(), size);
       return;
     }
     case OpKind::AllGather: {

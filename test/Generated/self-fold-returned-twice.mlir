@@ -8,6 +8,7 @@
 // RUN: polymesh-opt %s --polymesh-pipeline=target=cpu -o /dev/null
 // RUN: polymesh-run %s --verify | FileCheck %s
 // CHECK: @f: {{.*}}, PASS
+// CHECK: @select_same: {{.*}}, PASS
 // CHECK: 2 passed, 0 failed
 
 polymesh.mesh @m0 = <["x"=8]>
@@ -21,7 +22,6 @@ func.func @f(%v0: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) attributes {p
 
 // The same crash, found by the CI batch (seed 1, module 3, --avoid-known)
 // and shrunk: `select %c, %x, %x` folds to %x, which is returned as well.
-// CHECK-LABEL: @select_same
 func.func @select_same(%v0: tensor<1x1xf32>, %v1: tensor<1x1xf32>, %v2: tensor<1x1xi1>) -> (tensor<1x1xf32>, tensor<1x1xf32>) attributes {polymesh.ambient_mesh = @m3} {
   %v3 = arith.minimumf %v0, %v1 : tensor<1x1xf32>
   %v4 = arith.select %v2, %v3, %v3 : tensor<1x1xi1>, tensor<1x1xf32>
