@@ -8,7 +8,8 @@ only on the arguments (random kinds take a --seed).
   mesh       one function that reshards a tensor on one mesh:
              --axes a=1024,b=1024 --shape 1024x1024
              --from '{"a"}, {"b"}' --to '{"b"}, {"a"}' [--ids reversed]
-             (--ids reversed lists the device ids N-1..0 explicitly)
+             (--ids reversed lists the device ids N-1..0 explicitly;
+             --copies N writes N such functions, @f0 to @fN-1)
   nested     --depth N builtin.modules nested in each other, the innermost
              holding a mesh and a function with a reshard
              (--form generic: N nested regions of an unregistered op instead)
@@ -44,12 +45,14 @@ def gen_mesh(args, out):
             str(devices - 1 - i) for i in range(devices))
     ttype = 'tensor<%sx%s>' % (args.shape, args.dtype)
     out.write('polymesh.mesh @m = <[%s]%s>\n' % (axes_text, ids))
-    out.write('func.func @f(%%x: %s {polymesh.sharding = '
-              '#polymesh.sharding<@m, [%s]>}) -> (%s {polymesh.sharding = '
-              '#polymesh.sharding<@m, [%s]>}) {\n' %
-              (ttype, args.source, ttype, args.to))
-    out.write('  %%y = arith.negf %%x : %s\n' % ttype)
-    out.write('  return %%y : %s\n}\n' % ttype)
+    for copy in range(args.copies):
+        name = 'f' if args.copies == 1 else 'f%d' % copy
+        out.write('func.func @%s(%%x: %s {polymesh.sharding = '
+                  '#polymesh.sharding<@m, [%s]>}) -> (%s {polymesh.sharding = '
+                  '#polymesh.sharding<@m, [%s]>}) {\n' %
+                  (name, ttype, args.source, ttype, args.to))
+        out.write('  %%y = arith.negf %%x : %s\n' % ttype)
+        out.write('  return %%y : %s\n}\n' % ttype)
 
 
 INNER = '''polymesh.mesh @m = <["a"=2, "b"=4]>
@@ -198,6 +201,7 @@ def main():
     parser.add_argument('--to', default='{"b"}, {"a"}')
     parser.add_argument('--ids', choices=['default', 'reversed'],
                         default='default')
+    parser.add_argument('--copies', type=int, default=1)
     parser.add_argument('--depth', type=int, default=1000)
     parser.add_argument('--form', choices=['module', 'generic'],
                         default='module')

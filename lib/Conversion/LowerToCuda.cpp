@@ -966,6 +966,14 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
       pointerOf[op.getResult(0)] = pointerOf.lookup(op.getOperand(0));
       continue;
     }
+    // A tile without elements (partition's stand-in for an op the device
+    // does not run) still needs a pointer for the exchanges and returns
+    // that name it.
+    if (auto empty = dyn_cast<tensor::EmptyOp>(op);
+        empty && bytesOf(empty.getResult()) == 0) {
+      destinationOf(empty.getResult(), 0);
+      continue;
+    }
     if (auto fillOp = dyn_cast<linalg::FillOp>(op)) {
       Value result = fillOp.getResult(0);
       auto type = cast<RankedTensorType>(result.getType());

@@ -77,8 +77,13 @@ bool isZero(Value value) {
 
 class FunctionPartitioner {
 public:
-  FunctionPartitioner(func::FuncOp function, SymbolTableCollection &symbols)
-      : function(function), symbols(symbols) {}
+  /// `stepCopies` counts device classes x plan steps over the module's
+  /// functions, up to `maxStepCopies`: the lowered code grows with them
+  /// (37 MB for one reshard over 1,024 classes).
+  FunctionPartitioner(func::FuncOp function, SymbolTableCollection &symbols,
+                      int64_t &stepCopies, int64_t maxStepCopies)
+      : function(function), symbols(symbols), stepCopies(stepCopies),
+        maxStepCopies(maxStepCopies) {}
 
   /// Builds the class functions next to `function`; the caller erases it.
   LogicalResult run();
@@ -100,6 +105,9 @@ private:
 
   func::FuncOp function;
   SymbolTableCollection &symbols;
+  /// Step copies of the module's functions partitioned so far.
+  int64_t &stepCopies;
+  int64_t maxStepCopies;
   llvm::DenseMap<Value, unsigned> infoOf;
   std::vector<ValueInfo> infos;
   /// Sorted ids of every device of every mesh the function names.
@@ -624,6 +632,25 @@ LogicalResult FunctionPartitioner::run() {
     }
     classDevices[it->second].push_back(devices[position]);
   }
+  // Every class runs every step of the function's plans, so code (and the
+  // lowering's time and memory) grows with classes x steps; the budget is
+  // the module's, shared by its functions.
+  int64_t steps = 0;
+  for (Operation &op : function.getBody().front())
+    if (auto transfer = dyn_cast<TransferOp>(op))
+      steps += transfer.getSteps().size();
+  int64_t copies = static_cast<int64_t>(classDevices.size()) * steps;
+  stepCopies += copies;
+  if (stepCopies > maxStepCopies)
+    return function.emitError()
+           << "cannot be partitioned: its " << classDevices.size()
+           << " device classes would each run the " << steps
+           << " steps of its plans, " << stepCopies
+           << " step copies in the module with the functions before it, "
+              "more than the budget of "
+           << maxStepCopies
+           << " (docs/limits.md); fewer distinct tile shapes (even tiles) "
+              "or fewer reshards keep it within";
   for (size_t k = 0; k < classDevices.size(); ++k)
     if (failed(buildClass(k, representatives[k], classDevices[k])))
       return failure();
@@ -643,8 +670,10 @@ struct PolymeshPartitionPass
           !function->hasAttr(PolymeshDialect::kPlanAttrName) &&
           !function->hasAttr(PolymeshDialect::kPartitionOfAttrName))
         functions.push_back(function);
+    int64_t stepCopies = 0;
     for (func::FuncOp function : functions) {
-      FunctionPartitioner partitioner(function, symbols);
+      FunctionPartitioner partitioner(function, symbols, stepCopies,
+                                      maxStepCopies);
       if (failed(partitioner.run()))
         return signalPassFailure();
     }

@@ -220,6 +220,7 @@ public:
     std::string stats, plans;
     std::map<std::pair<int64_t, int64_t>, int64_t> traffic;
     bool failedAny = false;
+    moduleTransfers = moduleReceivers = 0;
 
     SmallVector<ReshardOp> reshards;
     module.walk([&](ReshardOp op) { reshards.push_back(op); });
@@ -242,6 +243,9 @@ public:
   }
 
 private:
+  /// Transfers and receivers of every plan made so far in the module.
+  int64_t moduleTransfers = 0, moduleReceivers = 0;
+
   LogicalResult
   planOne(ReshardOp reshard, SymbolTableCollection &symbols,
           const planner::PlanOptions &options, std::string &stats,
@@ -281,6 +285,30 @@ private:
         cache->getOrPlan(*from, *to, elementBytes, options);
     if (!plan.ok())
       return emit() << std::string(plan.status().message());
+
+    // One budget for the whole module, not only per plan: every plan is
+    // written into the IR and lowered, so many reshards below the per-plan
+    // limits together exhaust memory just as one huge plan does.
+    int64_t transfers = 0, receivers = 0;
+    for (const planner::Step &step : (*plan)->steps) {
+      transfers += step.transfers.size();
+      for (const planner::Transfer &transfer : step.transfers)
+        receivers += transfer.dstDevices.size();
+    }
+    moduleTransfers += transfers;
+    moduleReceivers += receivers;
+    if (moduleTransfers > planner::kMaxPlanTransfers)
+      return emit() << "the module's plans would hold more than "
+                    << planner::kMaxPlanTransfers << " transfers in all ("
+                    << moduleTransfers
+                    << " with this one); the budget is shared by every "
+                       "reshard of the module (docs/limits.md)";
+    if (moduleReceivers > planner::kMaxPlanReceivers)
+      return emit() << "the module's plans would deliver to more than "
+                    << planner::kMaxPlanReceivers << " receivers in all ("
+                    << moduleReceivers
+                    << " with this one); the budget is shared by every "
+                       "reshard of the module (docs/limits.md)";
 
     auto function = reshard->getParentOfType<FunctionOpInterface>();
     StringRef functionName = function ? function.getName() : StringRef();

@@ -172,7 +172,18 @@ def PolymeshPartition : Pass<"polymesh-partition", "mlir::ModuleOp"> {
     The global functions are erased. Errors (a value without a sharding, an
     unplanned `polymesh.reshard`, calls, tensors inside regions, an op whose
     local form does not verify) name the op and fail the pass.
+
+    Each device class runs every step of its function's plans, so the code
+    the lowering emits grows with classes x steps. The module's total of
+    such step copies is bounded by `max-step-copies` (default 65,536, where
+    the CPU lowering emits some hundred megabytes); a module over it is
+    refused at the function that crosses it.
   }];
+  let options = [
+    Option<"maxStepCopies", "max-step-copies", "int64_t",
+           /*default=*/"int64_t(1) << 16",
+           "Most copies of plan steps (device classes x steps) per module">,
+  ];
   let dependentDialects = ["::polymesh::PolymeshDialect",
                            "::mlir::LLVM::LLVMDialect",
                            "::mlir::arith::ArithDialect",
