@@ -41,3 +41,11 @@ ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
 if os.path.exists(ptxas):
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
+
+# A build with AddressSanitizer (utils/run-asan.sh): slow or memory-capped
+# tests say `UNSUPPORTED: asan`, and a smaller variant `REQUIRES: asan`.
+cache = os.path.join(config.polymesh_obj_root, "CMakeCache.txt")
+if os.path.exists(cache):
+    with open(cache) as f:
+        if "POLYMESH_ENABLE_ASAN:BOOL=ON" in f.read():
+            config.available_features.add("asan")
