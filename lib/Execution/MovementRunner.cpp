@@ -33,30 +33,6 @@ bool sameTiles(const planner::TensorLayout &a, const planner::TensorLayout &b) {
   return a.isDeviceEquivalent(b) && a.localShape() == b.localShape();
 }
 
-/// The runtime's element type for sums. i1 is one byte holding 0 or 1; it
-/// is summed as u8, which is exact for partials where one member holds the
-/// value and the others zeros, as makeShardedInput places them.
-runtime::DataType toDataType(ElementType type) {
-  switch (type) {
-  case ElementType::F32:
-    return runtime::DataType::F32;
-  case ElementType::F64:
-    return runtime::DataType::F64;
-  case ElementType::F16:
-    return runtime::DataType::F16;
-  case ElementType::BF16:
-    return runtime::DataType::BF16;
-  case ElementType::I1:
-    return runtime::DataType::U8;
-  case ElementType::I8:
-    return runtime::DataType::I8;
-  case ElementType::I32:
-    return runtime::DataType::I32;
-  case ElementType::I64:
-    return runtime::DataType::I64;
-  }
-  return runtime::DataType::U8;
-}
 
 std::string formatIndex(const std::vector<int64_t> &index) {
   std::string text = "[";
@@ -101,6 +77,28 @@ void *dataOf(Tiles &tiles, int64_t device) {
 }
 
 } // namespace
+
+runtime::DataType polymesh::execution::toDataType(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return runtime::DataType::F32;
+  case ElementType::F64:
+    return runtime::DataType::F64;
+  case ElementType::F16:
+    return runtime::DataType::F16;
+  case ElementType::BF16:
+    return runtime::DataType::BF16;
+  case ElementType::I1:
+    return runtime::DataType::U8;
+  case ElementType::I8:
+    return runtime::DataType::I8;
+  case ElementType::I32:
+    return runtime::DataType::I32;
+  case ElementType::I64:
+    return runtime::DataType::I64;
+  }
+  return runtime::DataType::U8;
+}
 
 //===----------------------------------------------------------------------===//
 // Inputs and values

@@ -88,28 +88,6 @@ std::pair<int, int> precisionAndMinExponent(ElementType type) {
   }
 }
 
-runtime::DataType toDataType(ElementType type) {
-  switch (type) {
-  case ElementType::F32:
-    return runtime::DataType::F32;
-  case ElementType::F64:
-    return runtime::DataType::F64;
-  case ElementType::F16:
-    return runtime::DataType::F16;
-  case ElementType::BF16:
-    return runtime::DataType::BF16;
-  case ElementType::I1:
-    return runtime::DataType::U8;
-  case ElementType::I8:
-    return runtime::DataType::I8;
-  case ElementType::I32:
-    return runtime::DataType::I32;
-  case ElementType::I64:
-    return runtime::DataType::I64;
-  }
-  return runtime::DataType::U8;
-}
-
 HostTensor validRegion(const HostTensor &tile, const planner::Box &box) {
   std::vector<int64_t> extent(box.lo.size());
   for (size_t d = 0; d < extent.size(); ++d)

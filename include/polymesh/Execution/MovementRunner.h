@@ -42,6 +42,11 @@
 
 namespace polymesh::execution {
 
+/// The runtime's element type for sums. i1 is one byte holding 0 or 1; it
+/// is summed as u8, which is exact for partials where one member holds the
+/// value and the others zeros, as makeShardedInput places them.
+runtime::DataType toDataType(ElementType type);
+
 /// A tensor distributed over devices: every device of the layout's mesh
 /// holds a row-major tile whose element 0 is the global index of its box lo.
 /// Tiles are either padded to localShape() (the plan executor's buffer
