@@ -106,8 +106,8 @@ struct ConstantGlobalsPass
       // its default (absent) memory space.
       if (!isa<RankedTensorType>(constant.getType()))
         return WalkResult::advance();
-      if (failed(bufferization::getGlobalFor(constant, symbolTables,
-                                             alignment))) {
+      if (failed(
+              bufferization::getGlobalFor(constant, symbolTables, alignment))) {
         constant.emitError() << "cannot create a global for this constant";
         return WalkResult::interrupt();
       }

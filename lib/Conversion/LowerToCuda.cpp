@@ -1131,8 +1131,8 @@ LogicalResult verifyCudaTarget(MLIRContext *context, StringRef chip,
           }))
         chips.push_back(processor.Key);
     llvm::sort(chips, byNumber);
-    return fail() << "unknown chip '" << chip << "'; known: "
-                  << llvm::join(chips, ", ");
+    return fail() << "unknown chip '" << chip
+                  << "'; known: " << llvm::join(chips, ", ");
   }
   SmallVector<StringRef> versions;
   for (const llvm::SubtargetFeatureKV &feature :
@@ -1150,8 +1150,7 @@ LogicalResult verifyCudaTarget(MLIRContext *context, StringRef chip,
                   << llvm::join(versions, ", +");
   if (number(requested) < minimum->ptx)
     return fail() << "features '" << features << "' are too old for chip '"
-                  << chip << "': it needs +ptx" << minimum->ptx
-                  << " or newer";
+                  << chip << "': it needs +ptx" << minimum->ptx << " or newer";
   return success();
 }
 

@@ -33,7 +33,6 @@ bool sameTiles(const planner::TensorLayout &a, const planner::TensorLayout &b) {
   return a.isDeviceEquivalent(b) && a.localShape() == b.localShape();
 }
 
-
 std::string formatIndex(const std::vector<int64_t> &index) {
   std::string text = "[";
   for (size_t i = 0; i < index.size(); ++i)

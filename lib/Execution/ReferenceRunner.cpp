@@ -218,9 +218,8 @@ LogicalResult polymesh::execution::stripSharding(ModuleOp module) {
   return success();
 }
 
-LogicalResult
-polymesh::execution::checkReferenceLimits(ModuleOp module,
-                                          llvm::ArrayRef<std::string> functions) {
+LogicalResult polymesh::execution::checkReferenceLimits(
+    ModuleOp module, llvm::ArrayRef<std::string> functions) {
   llvm::SmallVector<func::FuncOp> roots;
   if (functions.empty()) {
     for (auto func : module.getOps<func::FuncOp>())

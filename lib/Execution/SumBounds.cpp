@@ -98,9 +98,8 @@ void execution::tagReductions(ModuleOp module) {
 }
 
 void execution::untagReductions(ModuleOp module) {
-  module.walk([](linalg::LinalgOp op) {
-    op->removeAttr(kReductionIndexAttrName);
-  });
+  module.walk(
+      [](linalg::LinalgOp op) { op->removeAttr(kReductionIndexAttrName); });
 }
 
 std::vector<std::optional<ReorderedSum>>
@@ -128,8 +127,8 @@ execution::findReorderedSums(func::FuncOp func) {
       continue;
     int64_t terms = 1;
     bool known = true;
-    for (auto [range, iterator] : llvm::zip(op.getStaticLoopRanges(),
-                                            op.getIteratorTypesArray())) {
+    for (auto [range, iterator] :
+         llvm::zip(op.getStaticLoopRanges(), op.getIteratorTypesArray())) {
       if (iterator != utils::IteratorType::reduction)
         continue;
       if (ShapedType::isDynamic(range))
@@ -191,9 +190,8 @@ execution::computeSumBounds(ModuleOp module, llvm::StringRef name,
           op.getBlock()->getTerminator()->getOperand(r).getDefiningOp());
       rewriter.setInsertionPoint(add);
       Value magnitude = math::AbsFOp::create(rewriter, add.getLoc(), term);
-      rewriter.modifyOpInPlace(add, [&] {
-        add->replaceUsesOfWith(term, magnitude);
-      });
+      rewriter.modifyOpInPlace(
+          add, [&] { add->replaceUsesOfWith(term, magnitude); });
     }
   }
 

@@ -200,8 +200,8 @@ std::string LeafComparison::failureMessage() const {
     failingTiles += tile.failing > 0;
   text += " (" + std::to_string(failing) + " of " + std::to_string(elements) +
           " elements " + (bounded ? "beyond the bound" : "differ") + ", in " +
-          std::to_string(failingTiles) + " of " +
-          std::to_string(tiles.size()) + (tiles.size() == 1 ? " tile" : " tiles");
+          std::to_string(failingTiles) + " of " + std::to_string(tiles.size()) +
+          (tiles.size() == 1 ? " tile" : " tiles");
   int64_t listed = 0;
   for (const TileComparison &tile : tiles) {
     if (tile.failing == 0)
@@ -225,18 +225,23 @@ LeafComparison execution::compareLeaf(const HostTensor &reference,
   ElementType type = actual.elementType;
   int64_t firstDevice = layout.mesh().deviceAt(0);
   if (reference.getElementType() != type) {
-    result.firstFailure = TileMismatch{
-        firstDevice,
-        {},
-        {"element type", {}, -1, elementTypeName(reference.getElementType()),
-         elementTypeName(type)}};
+    result.firstFailure =
+        TileMismatch{firstDevice,
+                     {},
+                     {"element type",
+                      {},
+                      -1,
+                      elementTypeName(reference.getElementType()),
+                      elementTypeName(type)}};
     return result;
   }
   if (reference.getShape() != layout.shape()) {
     result.firstFailure = TileMismatch{
         firstDevice,
         {},
-        {"shape", {}, -1,
+        {"shape",
+         {},
+         -1,
          formatTensorType(reference.getElementType(), reference.getShape()),
          formatTensorType(type, layout.shape())}};
     return result;
@@ -293,9 +298,9 @@ LeafComparison execution::compareLeaf(const HostTensor &reference,
                        want == 0 ? kInfinity : diff / std::fabs(want));
         }
         if (bound) {
-          limit = sumErrorBound(type, bound->terms,
-                                elementAsDouble(*magnitudes, i),
-                                std::max(std::fabs(want), std::fabs(have)));
+          limit =
+              sumErrorBound(type, bound->terms, elementAsDouble(*magnitudes, i),
+                            std::max(std::fabs(want), std::fabs(have)));
           within = std::isfinite(limit) && diff <= limit;
           if (std::isfinite(limit) && limit > 0)
             result.maxBoundFraction =
@@ -320,8 +325,8 @@ LeafComparison execution::compareLeaf(const HostTensor &reference,
             !finite ? ", not finite"
             : std::isfinite(limit)
                 ? ", |diff| " + formatDouble(std::fabs(have - want), "%.3g") +
-                      " > bound " + formatDouble(limit, "%.3g") + " (n = " +
-                      std::to_string(bound->terms) + ")"
+                      " > bound " + formatDouble(limit, "%.3g") +
+                      " (n = " + std::to_string(bound->terms) + ")"
                 : ", and no bound holds (n = " + std::to_string(bound->terms) +
                       ": n u >= 1, or an infinite magnitude)";
       }

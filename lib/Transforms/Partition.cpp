@@ -97,8 +97,8 @@ private:
   FlatSymbolRefAttr planFunction(TransferOp transfer);
   Value tableLookup(OpBuilder &builder, Location loc, Value table,
                     Value position, int64_t column);
-  Value positionTable(OpBuilder &builder, Location loc,
-                      ArrayRef<int64_t> rows, int64_t columns);
+  Value positionTable(OpBuilder &builder, Location loc, ArrayRef<int64_t> rows,
+                      int64_t columns);
   LogicalResult checkTransferSource(TransferOp transfer);
   LogicalResult globalizeIndices(Operation &op, Operation *copy,
                                  OpBuilder &builder, Value position);
@@ -293,8 +293,8 @@ LogicalResult FunctionPartitioner::checkTransferSource(TransferOp transfer) {
   if (!operand.isDeviceEquivalent(*source))
     return transfer.emitError()
            << "cannot be partitioned: its operand is placed as "
-           << info.sharding
-           << " but the plan reads the tiles of " << transfer.getSource()
+           << info.sharding << " but the plan reads the tiles of "
+           << transfer.getSource()
            << " (run --polymesh-propagate, which moves the operand)";
   return success();
 }
@@ -305,9 +305,8 @@ LogicalResult FunctionPartitioner::checkTransferSource(TransferOp transfer) {
 Value FunctionPartitioner::positionTable(OpBuilder &builder, Location loc,
                                          ArrayRef<int64_t> rows,
                                          int64_t columns) {
-  auto tableType =
-      RankedTensorType::get({static_cast<int64_t>(devices.size()), columns},
-                            builder.getIndexType());
+  auto tableType = RankedTensorType::get(
+      {static_cast<int64_t>(devices.size()), columns}, builder.getIndexType());
   SmallVector<APInt> values;
   for (int64_t value : rows)
     values.push_back(APInt(64, value));
@@ -542,12 +541,11 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
                  localType(result, representative).getNumElements() == 0;
         })) {
       for (Value result : op.getResults())
-        mapping.map(result,
-                    tensor::EmptyOp::create(
-                        builder, opLoc,
-                        localType(result, representative).getShape(),
-                        cast<RankedTensorType>(result.getType())
-                            .getElementType()));
+        mapping.map(
+            result,
+            tensor::EmptyOp::create(
+                builder, opLoc, localType(result, representative).getShape(),
+                cast<RankedTensorType>(result.getType()).getElementType()));
       continue;
     }
     // A partial sum must start from zero everywhere but once per reduction

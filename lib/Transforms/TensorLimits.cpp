@@ -29,9 +29,9 @@ std::optional<int64_t> polymesh::checkedByteSize(ShapedType type) {
     bytes = std::max<int64_t>(1, (element.getIntOrFloatBitWidth() + 7) / 8);
   else if (auto complex = dyn_cast<ComplexType>(element);
            complex && complex.getElementType().isIntOrFloat())
-    bytes = 2 * std::max<int64_t>(
-                    1, (complex.getElementType().getIntOrFloatBitWidth() + 7) /
-                           8);
+    bytes =
+        2 * std::max<int64_t>(
+                1, (complex.getElementType().getIntOrFloatBitWidth() + 7) / 8);
   int64_t total;
   if (llvm::MulOverflow(*count, bytes, total))
     return std::nullopt;

@@ -453,8 +453,7 @@ bool reportSharded(func::FuncOp func, llvm::Expected<ShardedOutcome> outcome,
   }
   llvm::outs() << ", PASS";
   if (!withinBound.empty())
-    llvm::outs() << " (within bound: " << llvm::join(withinBound, "; ")
-                 << ")";
+    llvm::outs() << " (within bound: " << llvm::join(withinBound, "; ") << ")";
   llvm::outs() << "\n";
   return true;
 }
@@ -496,9 +495,8 @@ int64_t saturatingAdd(int64_t a, int64_t b) {
 
 int64_t saturatingMul(int64_t a, int64_t b) {
   int64_t product;
-  return llvm::MulOverflow(a, b, product)
-             ? std::numeric_limits<int64_t>::max()
-             : product;
+  return llvm::MulOverflow(a, b, product) ? std::numeric_limits<int64_t>::max()
+                                          : product;
 }
 
 /// Bytes of a host tensor of `signature`, saturating.
@@ -639,11 +637,11 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
       run = bounds.takeError();
     else if (!bounds)
       llvm::consumeError(bounds.takeError());
-    outcome = reportSharded(func, std::move(run), *results, ms,
-                            bounds ? *bounds
-                                   : std::vector<std::optional<SumBound>>())
-                  ? Outcome::Passed
-                  : Outcome::Failed;
+    outcome =
+        reportSharded(func, std::move(run), *results, ms,
+                      bounds ? *bounds : std::vector<std::optional<SumBound>>())
+            ? Outcome::Passed
+            : Outcome::Failed;
   } else {
     llvm::outs() << ", reference " << llvm::format("%.3f", ms) << " ms\n";
   }

@@ -212,7 +212,8 @@ TEST(ToleranceTest, TheBoundScalesWithTheMagnitudes) {
   EXPECT_TRUE(compareLeaf(c.reference, c.actual, &c.bound).passed());
   Case small(16, 1e3);
   small.tile(0)[2] += 0.01f;
-  EXPECT_FALSE(compareLeaf(small.reference, small.actual, &small.bound).passed());
+  EXPECT_FALSE(
+      compareLeaf(small.reference, small.actual, &small.bound).passed());
 }
 
 TEST(ToleranceTest, LostPartialIsCaught) {

@@ -1015,8 +1015,7 @@ TEST(LayoutPropertyTest, FindOverlapMatchesAllPairs) {
     ASSERT_EQ(found.has_value(), expected) << "case " << c;
     if (found) {
       ASSERT_LT(found->first, found->second);
-      ASSERT_FALSE(
-          boxes[found->first].intersect(boxes[found->second]).empty());
+      ASSERT_FALSE(boxes[found->first].intersect(boxes[found->second]).empty());
       ++overlapping;
     } else {
       ++disjoint;

@@ -1,4 +1,5 @@
-//===- Tolerance.h - Comparing results with a derived float bound -*- C++ -*-===//
+//===- Tolerance.h - Comparing results with a derived float bound -*- C++
+//-*-===//
 //
 // Part of Polymesh. No MLIR types in this API: the comparison and its bound
 // are tested on hand-made tensors.

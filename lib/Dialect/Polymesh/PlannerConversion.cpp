@@ -131,8 +131,8 @@ std::string polymesh::unmovableElementReason(Type element) {
   // LLVM's x86-64 layout: store size rounded up to its alignment, which is
   // the next power of two, at most 16 bytes.
   uint64_t bytes = llvm::divideCeil(element.getIntOrFloatBitWidth(), 8);
-  uint64_t padded = llvm::alignTo(bytes, std::min<uint64_t>(
-                                             llvm::PowerOf2Ceil(bytes), 16));
+  uint64_t padded =
+      llvm::alignTo(bytes, std::min<uint64_t>(llvm::PowerOf2Ceil(bytes), 16));
   os << "LLVM stores its " << element.getIntOrFloatBitWidth() << " bits in "
      << padded << " bytes with undefined padding; use a width whose whole "
      << "bytes are a power of two (i1, i8, i16, i32, i64, f16, bf16, f32, "

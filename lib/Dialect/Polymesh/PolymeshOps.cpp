@@ -215,8 +215,7 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       // code generation runs phases 0 and 1 and nothing else.
       int64_t maxPhase = step.getKind() == TransferStepKind::AllReduce ? 1 : 0;
       if (transfer.getPhase() < 0 || transfer.getPhase() > maxPhase)
-        return at() << "phase " << transfer.getPhase()
-                    << " is out of range: a "
+        return at() << "phase " << transfer.getPhase() << " is out of range: a "
                     << stringifyTransferStepKind(step.getKind())
                     << " step has phase 0"
                     << (maxPhase ? " (reduce) and phase 1 (gather)" : " only");
