@@ -77,6 +77,25 @@ void *dataOf(Tiles &tiles, int64_t device) {
 
 } // namespace
 
+HostTensor polymesh::execution::groupTile(const ShardedTensor &actual,
+                                          const std::vector<int64_t> &group,
+                                          const planner::Box &box) {
+  HostTensor got = validRegion(actual.tiles.at(group.front()), box);
+  if (group.size() < 2)
+    return got;
+  std::vector<HostTensor> partials;
+  std::vector<const void *> inputs;
+  partials.reserve(group.size());
+  for (int64_t device : group) {
+    partials.push_back(validRegion(actual.tiles.at(device), box));
+    inputs.push_back(partials.back().getData());
+  }
+  runtime::reduceArrays(toDataType(actual.elementType), runtime::ReduceOp::Sum,
+                        inputs.data(), static_cast<int64_t>(inputs.size()),
+                        got.getNumElements(), got.getData());
+  return got;
+}
+
 runtime::DataType polymesh::execution::toDataType(ElementType type) {
   switch (type) {
   case ElementType::F32:
@@ -376,20 +395,7 @@ execution::compareWithReference(const HostTensor &reference,
     std::optional<planner::Box> box = layout.boxOfDevice(group.front());
     if (!box || box->empty())
       continue;
-    HostTensor got = validRegion(actual.tiles.at(group.front()), *box);
-    if (group.size() > 1) {
-      std::vector<HostTensor> partials;
-      std::vector<const void *> inputs;
-      partials.reserve(group.size());
-      for (int64_t device : group) {
-        partials.push_back(validRegion(actual.tiles.at(device), *box));
-        inputs.push_back(partials.back().getData());
-      }
-      runtime::reduceArrays(toDataType(actual.elementType),
-                            runtime::ReduceOp::Sum, inputs.data(),
-                            static_cast<int64_t>(inputs.size()),
-                            got.getNumElements(), got.getData());
-    }
+    HostTensor got = groupTile(actual, group, *box);
     std::optional<Mismatch> mismatch =
         compareBitExact(reference.extractBox(box->lo, box->hi), got);
     if (!mismatch)

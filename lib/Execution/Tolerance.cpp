@@ -88,13 +88,6 @@ std::pair<int, int> precisionAndMinExponent(ElementType type) {
   }
 }
 
-HostTensor validRegion(const HostTensor &tile, const planner::Box &box) {
-  std::vector<int64_t> extent(box.lo.size());
-  for (size_t d = 0; d < extent.size(); ++d)
-    extent[d] = box.hi[d] - box.lo[d];
-  return tile.extractBox(std::vector<int64_t>(extent.size(), 0), extent);
-}
-
 std::string formatDouble(double value, const char *format = "%.2g") {
   std::string text;
   llvm::raw_string_ostream os(text);
@@ -258,19 +251,7 @@ LeafComparison execution::compareLeaf(const HostTensor &reference,
     std::optional<planner::Box> box = layout.boxOfDevice(group.front());
     if (!box || box->empty())
       continue;
-    HostTensor got = validRegion(actual.tiles.at(group.front()), *box);
-    if (group.size() > 1) {
-      std::vector<HostTensor> partials;
-      std::vector<const void *> inputs;
-      partials.reserve(group.size());
-      for (int64_t device : group) {
-        partials.push_back(validRegion(actual.tiles.at(device), *box));
-        inputs.push_back(partials.back().getData());
-      }
-      runtime::reduceArrays(toDataType(type), runtime::ReduceOp::Sum,
-                            inputs.data(), static_cast<int64_t>(inputs.size()),
-                            got.getNumElements(), got.getData());
-    }
+    HostTensor got = groupTile(actual, group, *box);
     HostTensor expected = reference.extractBox(box->lo, box->hi);
     std::optional<HostTensor> magnitudes;
     if (bound)

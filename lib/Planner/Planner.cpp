@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Planner/Planner.h"
+#include "polymesh/Support/Saturating.h"
 
 #include "DeviceIndex.h"
 
@@ -90,17 +91,6 @@ namespace {
 //===----------------------------------------------------------------------===//
 // Helpers
 //===----------------------------------------------------------------------===//
-
-/// a * b, or INT64_MAX when that overflows (both non-negative).
-int64_t saturatingMul(int64_t a, int64_t b) {
-  std::optional<int64_t> product = checkedMul(a, b);
-  return product ? *product : INT64_MAX;
-}
-
-/// a + b, or INT64_MAX when that overflows (both non-negative).
-int64_t saturatingAdd(int64_t a, int64_t b) {
-  return a > INT64_MAX - b ? INT64_MAX : a + b;
-}
 
 /// Counts the transfers and (transfer, receiver) pairs of a plan while it
 /// is built, so that a plan over kMaxPlanTransfers or kMaxPlanReceivers is

@@ -12,6 +12,7 @@
 
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Support/Saturating.h"
 #include "polymesh/Transforms/Passes.h"
 #include "polymesh/Transforms/ShardingRules.h"
 
@@ -44,21 +45,6 @@ std::string toText(Attribute attr) {
   llvm::raw_string_ostream os(text);
   attr.print(os);
   return text;
-}
-
-/// Costs add up bytes over devices and values: they saturate at INT64_MAX
-/// instead of wrapping around (a tensor of 2^61 f32 replicated on a few
-/// devices already needs more than 2^63 bytes).
-int64_t saturatingAdd(int64_t a, int64_t b) {
-  int64_t sum;
-  return llvm::AddOverflow(a, b, sum) ? std::numeric_limits<int64_t>::max()
-                                      : sum;
-}
-
-int64_t saturatingMul(int64_t a, int64_t b) {
-  int64_t product;
-  return llvm::MulOverflow(a, b, product) ? std::numeric_limits<int64_t>::max()
-                                          : product;
 }
 
 int64_t elementBytes(Type type) {

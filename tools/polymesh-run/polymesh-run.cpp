@@ -42,6 +42,7 @@
 #include "polymesh/Execution/Tolerance.h"
 #include "polymesh/Runtime/Runtime.h"
 #include "polymesh/Support/LargeStack.h"
+#include "polymesh/Support/Saturating.h"
 #include "polymesh/Transforms/Passes.h"
 #if POLYMESH_HAVE_NCCL
 #include "NcclFake.h"
@@ -82,6 +83,8 @@
 
 using namespace mlir;
 using namespace polymesh::execution;
+using polymesh::saturatingAdd;
+using polymesh::saturatingMul;
 namespace runtime = polymesh::runtime;
 
 namespace {
@@ -485,18 +488,6 @@ MemoryLimit hostMemoryLimit() {
       limit = {static_cast<int64_t>(rl.rlim_cur), what};
   }
   return limit;
-}
-
-int64_t saturatingAdd(int64_t a, int64_t b) {
-  int64_t sum;
-  return llvm::AddOverflow(a, b, sum) ? std::numeric_limits<int64_t>::max()
-                                      : sum;
-}
-
-int64_t saturatingMul(int64_t a, int64_t b) {
-  int64_t product;
-  return llvm::MulOverflow(a, b, product) ? std::numeric_limits<int64_t>::max()
-                                          : product;
 }
 
 /// Bytes of a host tensor of `signature`, saturating.

@@ -61,6 +61,13 @@ struct ShardedTensor {
   std::map<int64_t, HostTensor> tiles;
 };
 
+/// What the devices of one reduction group hold of their box together: the
+/// first member's tile for a singleton, else the sum of every member's
+/// partials (as the values of `box`, [0, hi - lo) of each tile).
+HostTensor groupTile(const ShardedTensor &actual,
+                     const std::vector<int64_t> &group,
+                     const planner::Box &box);
+
 /// The shape of a device's tile in a ShardedTensor.
 enum class TileShape {
   /// localShape() on every device, short tiles padded with zeros: what the
