@@ -59,9 +59,6 @@ KNOWN = {
 # clobber, `x op x` that folds (test/Generated/self-fold-returned-twice.mlir,
 # broadcast-constant-from-one-device.mlir), size-1 axes
 # (size-one-axis-used-twice.mlir).
-# Ops for which `x op x` folds.
-SELF_FOLD = {"arith.maximumf", "arith.minimumf", "arith.maxsi", "arith.minsi", "arith.andi",
-             "arith.ori", "arith.subi", "arith.xori", "arith.subf"}
 
 
 # Features left out of generation (set from --avoid / --avoid-known).
@@ -566,8 +563,7 @@ def gen_meshes(rng, tag):
         nax = rng.choice([1, 1, 2, 2, 3])
         sizes = []
         for _ in range(nax):
-            sizes.append(rng.choice([2, 2, 2, 3, 4, 4, 6, 8] +
-                                    ([] if "size-one-axis" in AVOID else [1])))
+            sizes.append(rng.choice([2, 2, 2, 3, 4, 4, 6, 8, 1]))
         while prod(sizes) > 8:
             sizes[rng.randrange(len(sizes))] = 2 if prod(sizes) > 8 else 1
             if prod(sizes) > 8:
@@ -640,8 +636,6 @@ class Gen:
         self.f = Func(name)
         self.types = []
         self.exact = []       # float value exact for reductions
-        self.received = []    # value came out of a reshard (exchange-clobber)
-        self.fed_elementwise = set()
 
     def new_arg(self, shape, dtype, sharded=None, unreduced_ok=True):
         rng = self.rng
@@ -652,7 +646,6 @@ class Gen:
         self.f.args.append((Value(shape, dtype), sh))
         self.types.append(Value(shape, dtype))
         self.exact.append(True)
-        self.received.append(False)
         # values computed after it are renumbered by add(); args come first
         return len(self.f.args) - 1
 
@@ -663,7 +656,6 @@ class Gen:
         self.types.append(t)
         ex = op.kind in EXACT_KINDS and all(self.exact[o] for o in op.operands)
         self.exact.append(ex or t.dtype not in FLOATS)
-        self.received.append(op.kind == "reshard")
         if op.kind not in ("reshard", "constraint"):
             self.f.movement_only = False
         return rid
@@ -684,10 +676,8 @@ class Gen:
         r = rng.random()
         same = [i for i, u in enumerate(self.types)
                 if u.shape == t.shape and u.dtype == t.dtype and (not exact or self.exact[i])]
-        if r < 0.2 and not ("self-fold" in self.avoid and kind in SELF_FOLD):
+        if r < 0.2:
             return v
-        if "self-fold" in self.avoid and kind in SELF_FOLD:
-            same = [i for i in same if i != v]
         if r < 0.5 and len(same) > 1:
             return rng.choice(same)
         if r < 0.75 or self.kind != "compute":
@@ -713,15 +703,11 @@ class Gen:
         self.f.results = [(shift(v), s) for v, s in self.f.results]
         self.types.insert(na, Value(t.shape, t.dtype))
         self.exact.insert(na, True)
-        self.received.insert(na, False)
-        self.fed_elementwise = {shift(i) for i in self.fed_elementwise}
         return na
 
     def step_move(self):
         rng = self.rng
         v = self.pick()
-        if self.avoid and "exchange-clobber" in self.avoid and v in self.fed_elementwise:
-            return
         t = self.types[v]
         sh = gen_sharding(rng, self.meshes, t.shape)
         kind = "reshard" if rng.random() < 0.75 else "constraint"
@@ -730,8 +716,6 @@ class Gen:
     def elementwise_operand(self, pred):
         v = self.pick(pred)
         if v is None:
-            return None
-        if self.avoid and "exchange-clobber" in self.avoid and self.received[v]:
             return None
         return v
 
@@ -752,29 +736,22 @@ class Gen:
             else:
                 kind = rng.choice(BINARY_I)
             w = self.partner(v, kind=kind)
-            if self.avoid and "exchange-clobber" in self.avoid and self.received[w]:
-                return
-            self.fed_elementwise.update([v, w])
             return self.add(Op(kind, [v, w]))
         if r < 0.42:  # unary float
             v = self.elementwise_operand(lambda t: t.dtype in FLOATS)
             if v is None:
                 return
-            self.fed_elementwise.add(v)
             return self.add(Op(rng.choice(UNARY_F), [v]))
         if r < 0.47:  # compare, then maybe select
             v = self.elementwise_operand(lambda t: t.dtype != "i1")
             if v is None:
                 return
             w = self.partner(v)
-            if self.avoid and "exchange-clobber" in self.avoid and self.received[w]:
-                return
             fl = self.types[v].dtype in FLOATS
             c = self.add(Op("arith.cmpf" if fl else "arith.cmpi", [v, w],
                             pred=rng.choice(["olt", "oge", "oeq"] if fl else ["slt", "sge", "ne"])))
-            self.fed_elementwise.update([v, w])
             # select(c, x, x) folds to x: the self-fold crash again
-            if rng.random() < 0.6 and not ("self-fold" in self.avoid and v == w):
+            if rng.random() < 0.6:
                 return self.add(Op("select", [c, v, w]))
             return c
         if r < 0.53:  # casts
@@ -782,7 +759,6 @@ class Gen:
             v = self.elementwise_operand(lambda t: t.dtype in CASTS[kind][0])
             if v is None:
                 return
-            self.fed_elementwise.add(v)
             return self.add(Op(kind, [v]))
         if r < 0.61:  # transpose
             v = self.pick(lambda t: len(t.shape) >= 2)
@@ -845,11 +821,8 @@ class Gen:
                 c = self.add(Op("splat", [], shape=t.shape, dtype=t.dtype,
                                 salt=rng.randrange(1000), uniform=False))
             kind = {"i1": "arith.xori"}.get(t.dtype, "arith.addf" if t.dtype in FLOATS else "arith.addi")
-            self.fed_elementwise.add(v)
             return self.add(Op(kind, [v, c]))
         if r < 0.95:  # index ops
-            if "index-ops" in self.avoid:
-                return
             if rng.random() < 0.5:
                 v = self.elementwise_operand(lambda t: t.dtype in ("i32", "i64") and t.shape)
                 if v is None:
@@ -1356,8 +1329,6 @@ def lit_test(text, kind, config, funcs, sig, detail, seed, index):
 def known_tag(sig, detail, funcs):
     kinds = {op.kind for f in funcs for _, op in f.ops}
     types = {v.dtype for f in funcs for v, _ in f.args}
-    if kinds & {"generate", "index-add"}:
-        return "index-ops"
     if "odd-width" in kinds:
         return "odd-width"
     del types
