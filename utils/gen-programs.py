@@ -50,12 +50,9 @@ KNOWN = {
     # move element types that LLVM pads (i17, i12), with a diagnostic; the
     # round trip through them is only valid where nothing moves them.
     "odd-width": "element widths LLVM pads (i17, i12): refused when moved",
-    # Found by this generator: DESIGN.md accepts `<@dev, []>` for a tensor of
-    # any rank on an axis-less one-device mesh; the verifier refuses rank > 0
-    # (issue 14, item 1).
-    "maximal-sharding": "maximal sharding `[]` on a tensor of rank > 0 (refused)",
 }
-# Fixed, and generated again: index ops (global indices), the exchange
+# Fixed, and generated again: maximal `[]` shardings of any rank (issue 14,
+# item 1), index ops (global indices), the exchange
 # clobber, `x op x` that folds (test/Generated/self-fold-returned-twice.mlir,
 # broadcast-constant-from-one-device.mlir), size-1 axes
 # (size-one-axis-used-twice.mlir).
@@ -599,7 +596,7 @@ def gen_sharding(rng, meshes, shape, mesh=None, allow_unreduced=False, open_ok=T
     mesh = mesh or meshes[rng.choice(list(meshes))]
     rank = len(shape)
     if not mesh.axes:
-        if rng.random() < 0.5 and (rank == 0 or "maximal-sharding" not in AVOID):
+        if rng.random() < 0.5:
             return Sharding(mesh.name, [], maximal=True)
         return Sharding(mesh.name, [[] for _ in range(rank)])
     dims = [[] for _ in range(rank)]

@@ -166,7 +166,8 @@ std::string formatSharding(ShardingAttr sharding) {
 std::string formatDynamicTile(RankedTensorType type, ShardingAttr sharding,
                               MeshAttr mesh) {
   SmallVector<int64_t> tile;
-  for (auto [extent, dim] : llvm::zip(type.getShape(), sharding.getDims())) {
+  for (auto [extent, dim] : llvm::zip(
+           type.getShape(), sharding.withRank(type.getRank()).getDims())) {
     int64_t shards = 1;
     for (AxisRefAttr axis : dim.getAxes())
       shards *= axis.getSizeIn(mesh);

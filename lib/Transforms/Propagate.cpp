@@ -21,7 +21,6 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <deque>
@@ -57,6 +56,15 @@ int64_t elementBytes(Type type) {
     return llvm::PowerOf2Ceil(
         llvm::divideCeil(element.getIntOrFloatBitWidth(), 8));
   return 8;
+}
+
+/// `current`, or the user's `written` sharding where it is the same one
+/// spelled differently (a maximal `[]`), so annotations print as written.
+ShardingAttr asWritten(ShardingAttr current, ShardingAttr written) {
+  if (written && current && written != current &&
+      written.withRank(current.getDims().size()) == current)
+    return written;
+  return current;
 }
 
 /// A sharding with its unreduced axes dropped: what a value becomes once
@@ -100,6 +108,9 @@ private:
   }
   ShardingAttr lookup(Value value) const { return known.lookup(value); }
   bool assign(Value value, ShardingAttr sharding) {
+    // Rules read one dimension sharding per tensor dimension.
+    sharding =
+        sharding.withRank(cast<RankedTensorType>(value.getType()).getRank());
     auto [it, inserted] = known.try_emplace(value, sharding);
     return inserted;
   }
@@ -746,7 +757,8 @@ bool FunctionPropagator::resolveWithoutRule(Operation *op) {
 }
 
 /// Values that nothing placed are replicated on the ambient mesh. Without
-/// one, every such leaf is an error naming it.
+/// one, a value only resharded onto one mesh is replicated there; every
+/// other such leaf is an error naming it.
 bool FunctionPropagator::applyAmbient(bool &failedOut) {
   SmallVector<Value> unplaced;
   for (BlockArgument arg : function.getArguments())
@@ -772,6 +784,32 @@ bool FunctionPropagator::applyAmbient(bool &failedOut) {
     return true;
   }
 
+  // As Shardy treats an unannotated value as replicated: a value whose every
+  // use reshards it onto one mesh is replicated there, so each reshard only
+  // slices. Values used anywhere else, or resharded onto several meshes,
+  // stay errors: nothing says which mesh holds them.
+  bool placedByReshards = false;
+  for (Value value : unplaced) {
+    FlatSymbolRefAttr meshName;
+    bool agree = !value.use_empty();
+    for (Operation *user : value.getUsers()) {
+      auto reshard = dyn_cast<ReshardOp>(user);
+      if (!reshard ||
+          (meshName && reshard.getSharding().getMeshName() != meshName)) {
+        agree = false;
+        break;
+      }
+      meshName = reshard.getSharding().getMeshName();
+    }
+    if (agree && getMesh(meshName))
+      placedByReshards |= assign(
+          value, ShardingAttr::getReplicated(
+                     value.getContext(), meshName,
+                     cast<RankedTensorType>(value.getType()).getRank()));
+  }
+  if (placedByReshards)
+    return true;
+
   failedOut = true;
   llvm::SmallPtrSet<Value, 8> unplacedSet(unplaced.begin(), unplaced.end());
   Operation *terminator = nullptr;
@@ -795,10 +833,25 @@ bool FunctionPropagator::applyAmbient(bool &failedOut) {
   }
   if (!reported) {
     Value value = unplaced.front();
-    emitError(value.getLoc())
+    InFlightDiagnostic diag =
+        emitError(value.getLoc())
         << "value is not placed: nothing annotates it or the values it is "
            "computed with, and there is no 'polymesh.ambient_mesh' to "
            "default to";
+    // Sorted, so that the message does not depend on use-list order.
+    SmallVector<StringRef> reshardMeshes;
+    for (Operation *user : value.getUsers())
+      if (auto reshard = dyn_cast<ReshardOp>(user))
+        reshardMeshes.push_back(reshard.getSharding().getMeshName().getValue());
+    llvm::sort(reshardMeshes);
+    reshardMeshes.erase(llvm::unique(reshardMeshes), reshardMeshes.end());
+    if (reshardMeshes.size() > 1) {
+      diag << "; its reshards go to meshes ";
+      llvm::interleave(
+          reshardMeshes, diag, [&](StringRef name) { diag << "@" << name; },
+          " and ");
+      diag << ", so no one mesh is implied";
+    }
   }
   return false;
 }
@@ -838,10 +891,17 @@ LogicalResult FunctionPropagator::finalize() {
     if (isa<ReshardOp>(op))
       continue;
     SmallVector<Attribute> shardings;
+    Attribute written = op->getAttr(PolymeshDialect::kShardingAttrName);
+    auto writtenList = dyn_cast_or_null<ArrayAttr>(written);
     for (Value result : op->getResults()) {
       if (!isTracked(result))
         continue;
-      shardings.push_back(lookup(result));
+      unsigned number = cast<OpResult>(result).getResultNumber();
+      Attribute mine = !writtenList                  ? written
+                       : number < writtenList.size() ? writtenList[number]
+                                                     : Attribute();
+      shardings.push_back(
+          asWritten(lookup(result), dyn_cast_or_null<ShardingAttr>(mine)));
     }
     if (shardings.empty())
       continue;
@@ -861,7 +921,10 @@ LogicalResult FunctionPropagator::finalize() {
   for (auto [index, arg] : llvm::enumerate(function.getArguments())) {
     NamedAttrList attrs(function.getArgAttrDict(index));
     if (ShardingAttr sharding = lookup(arg))
-      attrs.set(PolymeshDialect::kShardingAttrName, sharding);
+      attrs.set(
+          PolymeshDialect::kShardingAttrName,
+          asWritten(sharding, function.getArgAttrOfType<ShardingAttr>(
+                                  index, PolymeshDialect::kShardingAttrName)));
     argAttrs.push_back(attrs.getDictionary(context));
   }
   function.setAllArgAttrs(argAttrs);

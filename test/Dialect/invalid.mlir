@@ -333,3 +333,35 @@ polymesh.mesh @m = <["z"=1, "x"=2]>
 func.func @size_one_axis_twice(%a: tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"z"}, {"z"}]>}) -> tensor<8x8xf32> {
   return %a : tensor<8x8xf32>
 }
+
+// -----
+
+// Maximal shardings `[]` need a mesh without axes; any other sharding still
+// needs one dimension sharding per tensor dimension.
+
+polymesh.mesh @grid = <["x"=2, "y"=2]>
+
+// expected-error @+1 {{argument #0: sharding has 0 dimension shardings but the tensor type 'tensor<16x8xf32>' has rank 2; '[]' (the whole tensor on one device) needs a mesh without axes, and mesh @grid has 2 axes}}
+func.func @maximal_on_mesh_with_axes(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@grid, []>}) {
+  return
+}
+
+// -----
+
+polymesh.mesh @grid = <["x"=2, "y"=2]>
+
+func.func @maximal_reshard_on_mesh_with_axes(%a: tensor<16x8xf32>) -> tensor<16x8xf32> {
+  // expected-error @+1 {{'polymesh.reshard' op sharding has 0 dimension shardings but the tensor type 'tensor<16x8xf32>' has rank 2; '[]' (the whole tensor on one device) needs a mesh without axes, and mesh @grid has 2 axes}}
+  %0 = polymesh.reshard %a <@grid, []> : tensor<16x8xf32>
+  return %0 : tensor<16x8xf32>
+}
+
+// -----
+
+polymesh.mesh @dev0 = <[]>
+
+func.func @dimension_count_still_checked(%a: tensor<16x8xf32>) -> tensor<16x8xf32> {
+  // expected-error @+1 {{'polymesh.reshard' op sharding has 1 dimension shardings but the tensor type 'tensor<16x8xf32>' has rank 2}}
+  %0 = polymesh.reshard %a <@dev0, [{}]> : tensor<16x8xf32>
+  return %0 : tensor<16x8xf32>
+}

@@ -236,7 +236,7 @@ layoutOf(SymbolTableCollection &symbols, Operation *anchor,
   absl::StatusOr<polymesh::planner::TensorLayout> layout =
       polymesh::planner::TensorLayout::create(
           polymesh::toPlannerMesh(mesh),
-          polymesh::toPlannerSharding(sharding, mesh),
+          polymesh::toPlannerSharding(sharding, mesh, tensor.getRank()),
           std::vector<int64_t>(tensor.getShape().begin(),
                                tensor.getShape().end()));
   if (!layout.ok())

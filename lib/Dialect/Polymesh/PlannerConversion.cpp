@@ -37,9 +37,9 @@ planner::AxisRef toPlannerAxisRef(AxisRefAttr ref, MeshAttr mesh) {
 } // namespace
 
 planner::Sharding polymesh::toPlannerSharding(ShardingAttr sharding,
-                                              MeshAttr mesh) {
+                                              MeshAttr mesh, int64_t rank) {
   planner::Sharding result;
-  for (DimShardingAttr dim : sharding.getDims()) {
+  for (DimShardingAttr dim : sharding.withRank(rank).getDims()) {
     planner::DimSharding plannerDim;
     plannerDim.open = !dim.getIsClosed();
     for (AxisRefAttr ref : dim.getAxes())
@@ -62,7 +62,7 @@ polymesh::toTensorLayout(function_ref<InFlightDiagnostic()> emitError,
                        << " has a dynamic shape; a static shape is needed to "
                           "compute device tiles";
   absl::StatusOr<planner::TensorLayout> layout = planner::TensorLayout::create(
-      toPlannerMesh(mesh), toPlannerSharding(sharding, mesh),
+      toPlannerMesh(mesh), toPlannerSharding(sharding, mesh, type.getRank()),
       std::vector<int64_t>(type.getShape().begin(), type.getShape().end()));
   if (!layout.ok())
     return emitError() << std::string(layout.status().message());

@@ -317,6 +317,16 @@ ShardingAttr ShardingAttr::getReplicated(MLIRContext *context,
   return ShardingAttr::get(context, meshName, dims, {}, {});
 }
 
+bool ShardingAttr::isMaximal() const {
+  return getDims().empty() && getReplicated().empty() && getUnreduced().empty();
+}
+
+ShardingAttr ShardingAttr::withRank(int64_t rank) const {
+  if (rank <= 0 || !isMaximal())
+    return *this;
+  return getReplicated(getContext(), getMeshName(), rank);
+}
+
 ShardingAttr ShardingAttr::parseBody(AsmParser &parser) {
   StringAttr meshName;
   SmallVector<DimShardingAttr> dims;
@@ -404,10 +414,20 @@ ShardingAttr::verifyFor(function_ref<InFlightDiagnostic()> emitError,
   if (!tensorType)
     return emitError() << "sharding on a value of type " << type
                        << "; expected a ranked tensor";
-  if (static_cast<int64_t>(getDims().size()) != tensorType.getRank())
-    return emitError() << "sharding has " << getDims().size()
-                       << " dimension shardings but the tensor type "
-                       << tensorType << " has rank " << tensorType.getRank();
+  // A maximal sharding names its one device by the mesh; it fits any rank.
+  bool maximal = isMaximal() && mesh.getAxes().empty();
+  if (!maximal &&
+      static_cast<int64_t>(getDims().size()) != tensorType.getRank()) {
+    InFlightDiagnostic diag = emitError();
+    diag << "sharding has " << getDims().size()
+         << " dimension shardings but the tensor type " << tensorType
+         << " has rank " << tensorType.getRank();
+    if (getDims().empty())
+      diag << "; '[]' (the whole tensor on one device) needs a mesh without "
+              "axes, and mesh "
+           << getMeshName() << " has " << mesh.getAxes().size() << " axes";
+    return diag;
+  }
 
   SmallVector<AxisUse> uses;
   auto check = [&](AxisRefAttr ref, std::string where) -> LogicalResult {

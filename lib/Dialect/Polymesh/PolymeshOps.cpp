@@ -49,7 +49,10 @@ LogicalResult verifyShardingSymbolUse(Operation *op, ShardingAttr sharding,
 
 LogicalResult verifyShardingRank(Operation *op, ShardingAttr sharding,
                                  RankedTensorType type) {
-  if (static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
+  // A maximal sharding fits any rank; whether its mesh has no axes is checked
+  // with the symbol uses.
+  if (!sharding.isMaximal() &&
+      static_cast<int64_t>(sharding.getDims().size()) != type.getRank())
     return op->emitOpError() << "sharding has " << sharding.getDims().size()
                              << " dimension shardings but the tensor type "
                              << type << " has rank " << type.getRank();

@@ -42,8 +42,10 @@ std::string unmovableElementReason(mlir::Type element);
 /// The planner's view of a verified mesh attribute.
 planner::Mesh toPlannerMesh(MeshAttr mesh);
 
-/// The planner's view of a sharding verified against `mesh`.
-planner::Sharding toPlannerSharding(ShardingAttr sharding, MeshAttr mesh);
+/// The planner's view of a sharding verified against `mesh`, for a tensor
+/// of rank `rank` (a maximal sharding gets one unsharded dimension each).
+planner::Sharding toPlannerSharding(ShardingAttr sharding, MeshAttr mesh,
+                                    int64_t rank);
 
 /// Binds a sharding to a static tensor type. Fails with a diagnostic from
 /// `emitError` for dynamic shapes or anything the planner rejects.

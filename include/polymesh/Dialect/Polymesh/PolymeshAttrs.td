@@ -95,6 +95,11 @@ def Polymesh_ShardingAttr : Polymesh_Attr<"Sharding", "sharding"> {
     axes over which the value is a partial sum still to be reduced
     (`unreduced`). Checks that need the mesh (axes exist, sub-axes divide,
     no factor used twice, rank matches) run where the attribute is used.
+
+    As in Shardy, `#polymesh.sharding<@dev, []>` on a mesh without axes (one
+    device) is a *maximal* sharding: the whole tensor on that device, for a
+    tensor of any rank. It prints as written; consumers that need one
+    dimension sharding per tensor dimension use `withRank`.
   }];
   let parameters = (ins
     "mlir::FlatSymbolRefAttr":$meshName,
@@ -108,6 +113,13 @@ def Polymesh_ShardingAttr : Polymesh_Attr<"Sharding", "sharding"> {
     mlir::LogicalResult verifyFor(
         llvm::function_ref<mlir::InFlightDiagnostic()> emitError,
         MeshAttr mesh, mlir::Type type) const;
+    /// Whether this is a maximal sharding (`[]`, no replicated or unreduced
+    /// axes): valid for a tensor of any rank on a mesh without axes.
+    bool isMaximal() const;
+    /// This sharding with one dimension sharding per dimension of a tensor
+    /// of rank `rank`: a maximal sharding becomes `rank` closed, unsharded
+    /// dimensions; any other sharding is returned unchanged.
+    ShardingAttr withRank(int64_t rank) const;
     /// A fully replicated, closed sharding of rank `rank` on `meshName`.
     static ShardingAttr getReplicated(mlir::MLIRContext *context,
                                       mlir::FlatSymbolRefAttr meshName,
