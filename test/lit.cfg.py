@@ -34,6 +34,31 @@ llvm_config.add_tool_substitutions(tools, tool_dirs)
 if getattr(config, "polymesh_have_nccl", False):
     config.available_features.add("nccl")
 
+
+def cuda_device_count():
+    """GPUs the CUDA driver reports (cuInit, then cuDeviceGetCount); 0 with
+    no driver or no device. Tests that need real GPUs say `REQUIRES: gpu`
+    (or `gpus-2`), so a machine without them reports UNSUPPORTED, not a pass
+    that checked nothing."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return 0
+    return count.value
+
+
+gpus = cuda_device_count()
+lit_config.note(f"CUDA devices: {gpus}")
+if gpus >= 1:
+    config.available_features.add("gpu")
+if gpus >= 2:
+    config.available_features.add("gpus-2")
+
 # ptxas from the CUDA toolkit checks the PTX that --polymesh-lower-to-cuda
 # generates (no GPU needed). CI installs the toolkit at /usr/local/cuda.
 import shutil

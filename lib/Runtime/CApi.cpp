@@ -24,31 +24,14 @@ using polymesh::runtime::ReduceOp;
 
 namespace {
 
-int32_t statusCode(const absl::Status &status) {
-  switch (status.code()) {
-  case absl::StatusCode::kOk:
-    return POLYMESH_RT_OK;
-  case absl::StatusCode::kInvalidArgument:
-    return POLYMESH_RT_INVALID_ARGUMENT;
-  case absl::StatusCode::kDeadlineExceeded:
-    return POLYMESH_RT_TIMEOUT;
-  case absl::StatusCode::kAborted:
-    return POLYMESH_RT_ABORTED;
-  case absl::StatusCode::kFailedPrecondition:
-    return POLYMESH_RT_FAILED_PRECONDITION;
-  case absl::StatusCode::kUnknown:
-    return POLYMESH_RT_DEVICE_FAILED;
-  default:
-    return POLYMESH_RT_INTERNAL;
-  }
-}
+using polymesh::runtime::statusCodeOf;
 
 /// Fails a call that the C layer itself rejects; the backend records the
 /// error like its own so that every device sees the run fail.
 int32_t reject(PolymeshRuntime *rt, absl::Status error) {
   if (rt->backend)
     rt->backend->abort(error);
-  return statusCode(error);
+  return statusCodeOf(error);
 }
 
 /// The runtime's backend; null when the runtime could not be created.
@@ -57,7 +40,7 @@ Backend *backendOf(PolymeshRuntime *rt) {
 }
 
 int32_t unusable(PolymeshRuntime *rt) {
-  return rt ? statusCode(rt->createError) : POLYMESH_RT_INVALID_ARGUMENT;
+  return rt ? statusCodeOf(rt->createError) : POLYMESH_RT_INVALID_ARGUMENT;
 }
 
 /// The member list of a C call, or an error.
@@ -123,7 +106,7 @@ const char *polymesh_rt_last_error(PolymeshRuntime *rt) {
 }
 
 int32_t polymesh_rt_status(PolymeshRuntime *rt) {
-  return rt ? statusCode(rt->firstError()) : POLYMESH_RT_INVALID_ARGUMENT;
+  return rt ? statusCodeOf(rt->firstError()) : POLYMESH_RT_INVALID_ARGUMENT;
 }
 
 int64_t polymesh_rt_num_devices(PolymeshRuntime *rt) {
@@ -148,14 +131,14 @@ int32_t polymesh_rt_group_start(PolymeshRuntime *rt, int64_t device) {
   Backend *backend = backendOf(rt);
   if (!backend)
     return unusable(rt);
-  return statusCode(backend->groupStart(device));
+  return statusCodeOf(backend->groupStart(device));
 }
 
 int32_t polymesh_rt_group_end(PolymeshRuntime *rt, int64_t device) {
   Backend *backend = backendOf(rt);
   if (!backend)
     return unusable(rt);
-  return statusCode(backend->groupEnd(device));
+  return statusCodeOf(backend->groupEnd(device));
 }
 
 int32_t polymesh_rt_send(PolymeshRuntime *rt, int64_t device, int64_t peer,
@@ -163,7 +146,7 @@ int32_t polymesh_rt_send(PolymeshRuntime *rt, int64_t device, int64_t peer,
   Backend *backend = backendOf(rt);
   if (!backend)
     return unusable(rt);
-  return statusCode(backend->send(device, peer, buf, bytes));
+  return statusCodeOf(backend->send(device, peer, buf, bytes));
 }
 
 int32_t polymesh_rt_recv(PolymeshRuntime *rt, int64_t device, int64_t peer,
@@ -171,7 +154,7 @@ int32_t polymesh_rt_recv(PolymeshRuntime *rt, int64_t device, int64_t peer,
   Backend *backend = backendOf(rt);
   if (!backend)
     return unusable(rt);
-  return statusCode(backend->recv(device, peer, buf, bytes));
+  return statusCodeOf(backend->recv(device, peer, buf, bytes));
 }
 
 int32_t polymesh_rt_broadcast(PolymeshRuntime *rt, int64_t device,
@@ -184,7 +167,7 @@ int32_t polymesh_rt_broadcast(PolymeshRuntime *rt, int64_t device,
   auto group = membersOf("broadcast", members, num_members);
   if (!group.ok())
     return reject(rt, group.status());
-  return statusCode(
+  return statusCodeOf(
       backend->broadcast(device, *group, root, send, recv, bytes));
 }
 
@@ -198,7 +181,7 @@ int32_t polymesh_rt_all_gather(PolymeshRuntime *rt, int64_t device,
   auto group = membersOf("all_gather", members, num_members);
   if (!group.ok())
     return reject(rt, group.status());
-  return statusCode(
+  return statusCodeOf(
       backend->allGather(device, *group, send, recv, bytes_per_rank));
 }
 
@@ -212,7 +195,7 @@ int32_t polymesh_rt_all_to_all(PolymeshRuntime *rt, int64_t device,
   auto group = membersOf("all_to_all", members, num_members);
   if (!group.ok())
     return reject(rt, group.status());
-  return statusCode(
+  return statusCodeOf(
       backend->allToAll(device, *group, send, recv, bytes_per_peer));
 }
 
@@ -236,7 +219,7 @@ int32_t polymesh_rt_all_reduce(PolymeshRuntime *rt, int64_t device,
     return reject(rt, absl::InvalidArgumentError(
                           absl::StrCat("all_reduce on device ", device, ": ",
                                        reduceOp.status().message())));
-  return statusCode(
+  return statusCodeOf(
       backend->allReduce(device, *group, send, recv, count, *type, *reduceOp));
 }
 
@@ -261,8 +244,8 @@ int32_t polymesh_rt_reduce_scatter(PolymeshRuntime *rt, int64_t device,
     return reject(rt, absl::InvalidArgumentError(
                           absl::StrCat("reduce_scatter on device ", device,
                                        ": ", reduceOp.status().message())));
-  return statusCode(backend->reduceScatter(device, *group, send, recv,
-                                           recv_count, *type, *reduceOp));
+  return statusCodeOf(backend->reduceScatter(device, *group, send, recv,
+                                             recv_count, *type, *reduceOp));
 }
 
 void *polymesh_rt_staging(PolymeshRuntime *rt, int64_t device, int64_t bytes) {
@@ -330,7 +313,7 @@ int32_t polymesh_rt_run_devices(PolymeshRuntime *rt, PolymeshRtDeviceFn fn,
         return absl::UnknownError(
             absl::StrCat("device function returned status ", code));
       });
-  return statusCode(status);
+  return statusCodeOf(status);
 }
 
 } // extern "C"

@@ -8,6 +8,7 @@
 #ifndef POLYMESH_LIB_RUNTIME_CAPIINTERNAL_H
 #define POLYMESH_LIB_RUNTIME_CAPIINTERNAL_H
 
+#include "polymesh/Runtime/PolymeshRuntime.h"
 #include "polymesh/Runtime/Runtime.h"
 
 #include "absl/status/status.h"
@@ -46,5 +47,30 @@ struct PolymeshRuntime {
     return backend ? backend->firstError() : createError;
   }
 };
+
+namespace polymesh::runtime {
+
+/// The POLYMESH_RT_* code of a status: the one table that every C entry
+/// point (the runtime ABI and the CUDA code generation ABI) returns from.
+inline int32_t statusCodeOf(const absl::Status &status) {
+  switch (status.code()) {
+  case absl::StatusCode::kOk:
+    return POLYMESH_RT_OK;
+  case absl::StatusCode::kInvalidArgument:
+    return POLYMESH_RT_INVALID_ARGUMENT;
+  case absl::StatusCode::kDeadlineExceeded:
+    return POLYMESH_RT_TIMEOUT;
+  case absl::StatusCode::kAborted:
+    return POLYMESH_RT_ABORTED;
+  case absl::StatusCode::kFailedPrecondition:
+    return POLYMESH_RT_FAILED_PRECONDITION;
+  case absl::StatusCode::kUnknown: // what run_devices records for a device
+    return POLYMESH_RT_DEVICE_FAILED;
+  default:
+    return POLYMESH_RT_INTERNAL;
+  }
+}
+
+} // namespace polymesh::runtime
 
 #endif // POLYMESH_LIB_RUNTIME_CAPIINTERNAL_H

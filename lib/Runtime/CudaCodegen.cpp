@@ -46,23 +46,21 @@ NcclBackend *ncclOf(PolymeshRuntime *rt, const char *call) {
   return backend;
 }
 
-int32_t codeOf(const absl::Status &status) {
-  if (status.ok())
-    return POLYMESH_RT_OK;
-  if (status.code() == absl::StatusCode::kInvalidArgument)
-    return POLYMESH_RT_INVALID_ARGUMENT;
-  if (status.code() == absl::StatusCode::kDeadlineExceeded)
-    return POLYMESH_RT_TIMEOUT;
-  if (status.code() == absl::StatusCode::kAborted)
-    return POLYMESH_RT_ABORTED;
-  return POLYMESH_RT_INTERNAL;
-}
-
 /// Records `error` in the runtime (which aborts it) and returns null.
 void *failed(PolymeshRuntime *rt, const absl::Status &error) {
   if (rt && rt->backend)
     rt->backend->abort(error);
   return nullptr;
+}
+
+/// The code of a call on a runtime without an NCCL backend: what ncclOf
+/// recorded, or why the runtime could not be created.
+int32_t notNccl(PolymeshRuntime *rt) {
+  if (!rt)
+    return POLYMESH_RT_INVALID_ARGUMENT;
+  if (!rt->backend)
+    return polymesh::runtime::statusCodeOf(rt->createError);
+  return POLYMESH_RT_FAILED_PRECONDITION;
 }
 
 /// A status-returning entry point: `body` on the runtime's NCCL backend; an
@@ -71,11 +69,11 @@ template <typename Body>
 int32_t statusCall(PolymeshRuntime *rt, const char *call, Body body) {
   NcclBackend *backend = ncclOf(rt, call);
   if (!backend)
-    return POLYMESH_RT_INVALID_ARGUMENT;
+    return notNccl(rt);
   absl::Status status = body(*backend);
   if (!status.ok())
     failed(rt, status);
-  return codeOf(status);
+  return polymesh::runtime::statusCodeOf(status);
 }
 
 //===----------------------------------------------------------------------===//

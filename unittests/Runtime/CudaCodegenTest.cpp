@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "CApiInternal.h"
 #include "CudaDriverFake.h"
 #include "NcclFake.h"
 
@@ -21,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -331,6 +333,144 @@ TEST_F(SimulatedDriver, NcclCheckWaitsOutInProgressAndReportsErrors) {
   EXPECT_NE(error.find("ncclSend"), std::string::npos) << error;
   EXPECT_NE(error.find("generated code"), std::string::npos) << error;
   polymesh_rt_destroy(rt);
+}
+
+//===----------------------------------------------------------------------===//
+// One status-code table for both C ABIs
+//===----------------------------------------------------------------------===//
+
+/// PolymeshRuntime.h's table, one entry per absl::StatusCode (0..16, in
+/// code order), written out here rather than taken from the library so
+/// that a change to either side fails this test.
+constexpr int32_t kDocumentedCodes[] = {
+    POLYMESH_RT_OK,                  // kOk
+    POLYMESH_RT_INTERNAL,            // kCancelled
+    POLYMESH_RT_DEVICE_FAILED,       // kUnknown: a device's failure
+    POLYMESH_RT_INVALID_ARGUMENT,    // kInvalidArgument
+    POLYMESH_RT_TIMEOUT,             // kDeadlineExceeded
+    POLYMESH_RT_INTERNAL,            // kNotFound
+    POLYMESH_RT_INTERNAL,            // kAlreadyExists
+    POLYMESH_RT_INTERNAL,            // kPermissionDenied
+    POLYMESH_RT_INTERNAL,            // kResourceExhausted
+    POLYMESH_RT_FAILED_PRECONDITION, // kFailedPrecondition
+    POLYMESH_RT_ABORTED,             // kAborted
+    POLYMESH_RT_INTERNAL,            // kOutOfRange
+    POLYMESH_RT_INTERNAL,            // kUnimplemented
+    POLYMESH_RT_INTERNAL,            // kInternal
+    POLYMESH_RT_INTERNAL,            // kUnavailable
+    POLYMESH_RT_INTERNAL,            // kDataLoss
+    POLYMESH_RT_INTERNAL,            // kUnauthenticated
+};
+
+int32_t documentedCode(absl::StatusCode code) {
+  return kDocumentedCodes[static_cast<int>(code)];
+}
+
+/// The code-generation ABI's status-returning calls on device 0.
+std::vector<std::pair<const char *, std::function<int32_t(PolymeshRuntime *)>>>
+codegenStatusCalls() {
+  static char host[16], device[16];
+  return {
+      {"polymesh_rt_device_upload",
+       [](PolymeshRuntime *rt) {
+         return polymesh_rt_device_upload(rt, 0, device, host, 16);
+       }},
+      {"polymesh_rt_device_download",
+       [](PolymeshRuntime *rt) {
+         return polymesh_rt_device_download(rt, 0, host, device, 16);
+       }},
+      {"polymesh_rt_device_copy",
+       [](PolymeshRuntime *rt) {
+         return polymesh_rt_device_copy(rt, 0, device, device + 8, 8);
+       }},
+      {"polymesh_rt_device_synchronize",
+       [](PolymeshRuntime *rt) {
+         return polymesh_rt_device_synchronize(rt, 0);
+       }},
+      {"polymesh_rt_nccl_check",
+       [](PolymeshRuntime *rt) {
+         return polymesh_rt_nccl_check(rt, 0, nullptr, /*ncclSystemError=*/2,
+                                       "ncclSend");
+       }},
+  };
+}
+
+TEST(RuntimeStatusCodes, EveryCodeIsTheSameFromBothAbis) {
+  for (int c = 0; c <= 16; ++c) {
+    auto code = static_cast<absl::StatusCode>(c);
+    SCOPED_TRACE(absl::StatusCodeToString(code));
+    EXPECT_EQ(statusCodeOf(absl::Status(code, "injected")),
+              documentedCode(code));
+    if (code == absl::StatusCode::kOk)
+      continue;
+    absl::Status injected(code, "injected");
+
+    // The runtime ABI: the first error's code, whatever backend holds it.
+    absl::StatusOr<std::unique_ptr<LoopbackBackend>> loopback =
+        LoopbackBackend::create({0}, LoopbackOptions());
+    ASSERT_TRUE(loopback.ok()) << loopback.status();
+    Backend *loopbackRaw = loopback->get();
+    PolymeshRuntime *cpu = wrapBackend(*std::move(loopback));
+    loopbackRaw->abort(injected);
+    EXPECT_EQ(polymesh_rt_status(cpu), documentedCode(code));
+    EXPECT_EQ(polymesh_rt_group_start(cpu, 0), POLYMESH_RT_ABORTED);
+    polymesh_rt_destroy(cpu);
+
+    // The code-generation ABI on an NCCL runtime: every later call is
+    // refused as aborted, and the status still names the first error.
+    FakeNccl::reset(1);
+    NcclOptions options;
+    options.api = &fakeNcclApi();
+    absl::StatusOr<std::unique_ptr<NcclBackend>> nccl =
+        NcclBackend::createSingleProcess({0}, options);
+    ASSERT_TRUE(nccl.ok()) << nccl.status();
+    Backend *ncclRaw = nccl->get();
+    PolymeshRuntime *gpu = wrapBackend(*std::move(nccl));
+    ncclRaw->abort(injected);
+    for (auto &[name, call] : codegenStatusCalls())
+      EXPECT_EQ(call(gpu), POLYMESH_RT_ABORTED) << name;
+    EXPECT_EQ(polymesh_rt_status(gpu), documentedCode(code));
+    polymesh_rt_destroy(gpu);
+  }
+}
+
+TEST(RuntimeStatusCodes, AFailedCallReturnsWhatTheStatusThenSays) {
+  // A loopback runtime is not an NCCL runtime: a failed precondition, from
+  // the call and from polymesh_rt_status alike.
+  for (auto &[name, call] : codegenStatusCalls()) {
+    int64_t ids[] = {0};
+    PolymeshRuntime *rt = polymesh_rt_create_loopback(ids, 1, 0);
+    EXPECT_EQ(call(rt), POLYMESH_RT_FAILED_PRECONDITION) << name;
+    EXPECT_EQ(polymesh_rt_status(rt), POLYMESH_RT_FAILED_PRECONDITION) << name;
+    polymesh_rt_destroy(rt);
+  }
+  // A runtime that could not be created: the creation error's code.
+  for (auto &[name, call] : codegenStatusCalls()) {
+    PolymeshRuntime *rt = polymesh_rt_create_loopback(nullptr, 0, 0);
+    EXPECT_EQ(call(rt), POLYMESH_RT_INVALID_ARGUMENT) << name;
+    EXPECT_EQ(polymesh_rt_status(rt), POLYMESH_RT_INVALID_ARGUMENT) << name;
+    polymesh_rt_destroy(rt);
+  }
+  // No runtime at all.
+  for (auto &[name, call] : codegenStatusCalls())
+    EXPECT_EQ(call(nullptr), POLYMESH_RT_INVALID_ARGUMENT) << name;
+  EXPECT_EQ(polymesh_rt_status(nullptr), POLYMESH_RT_INVALID_ARGUMENT);
+  // An NCCL error in generated code: the code its status maps to.
+  struct NcclCase {
+    int result;
+    int32_t code;
+  };
+  for (NcclCase c :
+       {NcclCase{/*ncclInvalidArgument=*/4, POLYMESH_RT_INVALID_ARGUMENT},
+        NcclCase{/*ncclInvalidUsage=*/5, POLYMESH_RT_FAILED_PRECONDITION},
+        NcclCase{/*ncclSystemError=*/2, POLYMESH_RT_INTERNAL}}) {
+    PolymeshRuntime *rt = simulatedRuntime(1);
+    EXPECT_EQ(polymesh_rt_nccl_check(rt, 0, nullptr, c.result, "ncclSend"),
+              c.code)
+        << c.result;
+    EXPECT_EQ(polymesh_rt_status(rt), c.code) << c.result;
+    polymesh_rt_destroy(rt);
+  }
 }
 
 } // namespace
