@@ -224,7 +224,7 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
 
 /// Emits code with a builder positioned inside one exchange's lowering.
 LogicalResult
-polymesh::conversion::finishPartitionedModule(ModuleOp module,
+polymesh::conversion::finishPartitionedModule(ModuleOp module, StringRef target,
                                               bool readOnlyArguments) {
   // Plans, meshes and sharding attributes have served their purpose; what
   // remains is ordinary host code.
@@ -251,8 +251,8 @@ polymesh::conversion::finishPartitionedModule(ModuleOp module,
     op->erase();
   WalkResult leftover = module.walk([&](Operation *op) {
     if (isa_and_nonnull<PolymeshDialect>(op->getDialect())) {
-      op->emitError() << "cannot be lowered to the CPU; run "
-                         "--polymesh-partition first";
+      op->emitError() << "cannot be lowered to " << target
+                      << "; run --polymesh-partition first";
       return WalkResult::interrupt();
     }
     SmallVector<StringAttr> names;

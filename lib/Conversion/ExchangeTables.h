@@ -119,10 +119,11 @@ mlir::LLVM::LLVMFuncOp declareFunction(mlir::ModuleOp module,
                                        llvm::ArrayRef<mlir::Type> args);
 
 /// Erases plan functions and meshes, drops polymesh attributes, and fails
-/// with a diagnostic on any polymesh op left. With `readOnlyArguments`, the
-/// tensor arguments of partitioned functions are marked not writable for
-/// bufferization.
+/// with a diagnostic naming `target` ("the CPU", "CUDA") on any polymesh op
+/// left. With `readOnlyArguments`, the tensor arguments of partitioned
+/// functions are marked not writable for bufferization.
 mlir::LogicalResult finishPartitionedModule(mlir::ModuleOp module,
+                                            llvm::StringRef target,
                                             bool readOnlyArguments);
 
 /// Emits code with a builder positioned inside one exchange's lowering.

@@ -360,7 +360,8 @@ LogicalResult CpuExchangeLowering::run() {
   for (ExchangeOp op : exchanges)
     if (failed(lower(op)))
       return failure();
-  return finishPartitionedModule(module, /*readOnlyArguments=*/true);
+  return finishPartitionedModule(module, "the CPU",
+                                 /*readOnlyArguments=*/true);
 }
 
 struct PolymeshLowerToCpuPass

@@ -1056,7 +1056,8 @@ LogicalResult CudaLowering::run() {
   for (func::FuncOp function : functions)
     if (failed(lowerFunction(function)))
       return failure();
-  return finishPartitionedModule(module, /*readOnlyArguments=*/false);
+  return finishPartitionedModule(module, "CUDA",
+                                 /*readOnlyArguments=*/false);
 }
 
 /// The oldest PTX ISA version (times ten) that supports each processor.

@@ -63,6 +63,7 @@
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/Path.h"
 
 using namespace mlir;
 using namespace polymesh::execution;
@@ -94,6 +95,16 @@ std::optional<ElementType> toElementType(Type type) {
 }
 
 } // namespace
+
+std::string polymesh::execution::formatLocationPrefix(Location loc) {
+  auto fileLoc = loc->findInstanceOf<FileLineColLoc>();
+  if (!fileLoc)
+    return "";
+  return llvm::formatv(
+             "{0}:{1}:{2}: ", llvm::sys::path::filename(fileLoc.getFilename()),
+             fileLoc.getLine(), fileLoc.getColumn())
+      .str();
+}
 
 llvm::Expected<TensorSignature>
 polymesh::execution::getTensorSignature(Type type) {
@@ -143,15 +154,22 @@ llvm::Expected<FunctionSignature>
 polymesh::execution::getFunctionSignature(func::FuncOp func) {
   FunctionSignature signature;
   FunctionType type = func.getFunctionType();
+  // An argument is located where the function declares it; a result where
+  // the function is (its type is in the signature there too).
   auto collect = [&](TypeRange types, llvm::StringRef what,
                      std::vector<TensorSignature> &out) -> llvm::Error {
     for (auto [i, t] : llvm::enumerate(types)) {
       auto entry = getTensorSignature(t);
-      if (!entry)
+      if (!entry) {
+        Location loc = what == "argument" && !func.isExternal()
+                           ? func.getArgument(i).getLoc()
+                           : func.getLoc();
         return llvm::createStringError(
-            llvm::formatv("{0} #{1} of @{2}: {3}", what, i, func.getSymName(),
+            llvm::formatv("{0}{1} #{2} of @{3}: {4}", formatLocationPrefix(loc),
+                          what, i, func.getSymName(),
                           llvm::toString(entry.takeError()))
                 .str());
+      }
       out.push_back(std::move(*entry));
     }
     return llvm::Error::success();

@@ -28,7 +28,6 @@
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
@@ -71,10 +70,7 @@ private:
   static std::string format(Diagnostic &diagnostic) {
     std::string text;
     llvm::raw_string_ostream os(text);
-    if (auto loc = diagnostic.getLocation()->findInstanceOf<FileLineColLoc>())
-      os << llvm::sys::path::filename(loc.getFilename().getValue()) << ":"
-         << loc.getLine() << ":" << loc.getColumn() << ": ";
-    os << diagnostic.str();
+    os << formatLocationPrefix(diagnostic.getLocation()) << diagnostic.str();
     return text;
   }
 

@@ -254,10 +254,26 @@ private:
     Value input = reshard.getInput();
     auto type = cast<RankedTensorType>(input.getType());
     ShardingAttr source = sourceSharding(input);
-    if (!source)
+    if (!source) {
+      // Propagation places the values of a function's body; one defined in
+      // a nested region (a loop's carried value, a branch's result) stays
+      // unplaced however often it runs.
+      Operation *owner =
+          isa<BlockArgument>(input)
+              ? cast<BlockArgument>(input).getOwner()->getParentOp()
+              : input.getDefiningOp()->getParentOp();
+      if (owner && !isa<FunctionOpInterface>(owner))
+        return reshard.emitOpError()
+               << "has an operand without a sharding: "
+               << (isa<BlockArgument>(input) ? "an argument of a region of '"
+                                             : "a value inside a region of '")
+               << owner->getName()
+               << "', and propagation places no values inside regions yet "
+                  "(docs/propagation.md); reshard outside the region";
       return reshard.emitOpError()
              << "has an operand without a sharding; run --polymesh-propagate "
                 "first";
+    }
     ShardingAttr destination = reshard.getSharding();
     MeshAttr sourceMesh = lookupMesh(symbols, reshard, source.getMeshName());
     MeshAttr destinationMesh =

@@ -178,6 +178,51 @@ void registerDialects(DialectRegistry &registry) {
   registerReferenceDialects(registry);
 }
 
+/// Ops of dialects polymesh-run does not register. The parser accepts them (so
+/// that the message can name them and say what is loaded) and this refuses
+/// them, at their location; polymesh-run has no flag that would run them.
+LogicalResult rejectUnregisteredOps(ModuleOp module) {
+  WalkResult walk = module.walk([&](Operation *op) {
+    if (op->isRegistered()) {
+      // `!foo.t` and `#foo.a` of an unloaded dialect parse as opaque
+      // types and attributes, which no lowering knows.
+      std::string opaque;
+      auto note = [&](auto entity) {
+        if (opaque.empty())
+          llvm::raw_string_ostream(opaque) << "'" << entity << "'";
+      };
+      auto checkType = [&](Type type) {
+        type.walk([&](OpaqueType t) { note(t); });
+      };
+      op->getAttrDictionary().walk([&](OpaqueAttr a) { note(a); },
+                                   [&](OpaqueType t) { note(t); });
+      for (Type type : op->getResultTypes())
+        checkType(type);
+      for (Region &region : op->getRegions())
+        for (Block &block : region)
+          for (BlockArgument argument : block.getArguments())
+            checkType(argument.getType());
+      if (opaque.empty())
+        return WalkResult::advance();
+      op->emitError() << "polymesh-run cannot run '" << op->getName()
+                      << "': it uses " << opaque
+                      << " of a dialect that polymesh-run does not register";
+      return WalkResult::interrupt();
+    }
+    std::vector<llvm::StringRef> known;
+    for (llvm::StringRef name : module.getContext()->getAvailableDialects())
+      if (!name.empty())
+        known.push_back(name);
+    llvm::sort(known);
+    op->emitError() << "polymesh-run cannot run '" << op->getName()
+                    << "': no dialect it registers defines this op (it "
+                       "registers "
+                    << llvm::join(known, ", ") << ")";
+    return WalkResult::interrupt();
+  });
+  return failure(walk.wasInterrupted());
+}
+
 /// The public functions with a body, in module order, or just --entry.
 FailureOr<std::vector<std::string>> selectFunctions(ModuleOp module) {
   std::vector<std::string> names;
@@ -580,13 +625,16 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
                     func::FuncOp func, func::FuncOp planned) {
   llvm::StringRef name = func.getSymName();
   llvm::outs() << "@" << name << ": ";
-  auto fail = [&](llvm::Error error) {
-    llvm::outs() << "FAIL: " << llvm::toString(std::move(error)) << "\n";
+  // Located at the function unless the error names a place of its own.
+  auto fail = [&](llvm::Error error, bool located = false) {
+    llvm::outs() << "FAIL: "
+                 << (located ? "" : formatLocationPrefix(func.getLoc()))
+                 << llvm::toString(std::move(error)) << "\n";
     return Outcome::Failed;
   };
   auto signature = runner.getSignature(name);
   if (!signature)
-    return fail(signature.takeError());
+    return fail(signature.takeError(), /*located=*/true);
   if (llvm::Error err = checkHostMemory(func, *signature, sharded))
     return fail(std::move(err));
   // Argument i is stream i of the fill (InputFill.h).
@@ -702,10 +750,13 @@ int runMain() {
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
 
-  // Parsing verifies the module, so bad IR stops here.
+  // Parsing verifies the module, so bad IR stops here. Unregistered ops
+  // parse so that rejectUnregisteredOps can name them.
+  context.allowUnregisteredDialects(true);
   OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
-  if (!module)
+  if (!module || failed(rejectUnregisteredOps(*module)))
     return 1;
+  context.allowUnregisteredDialects(false);
 
   FailureOr<std::vector<std::string>> names = selectFunctions(*module);
   if (failed(names))

@@ -463,6 +463,7 @@ TEST_F(ReferenceRunnerTest, RunChecksItsInputs) {
 
 TEST_F(ReferenceRunnerTest, UnsupportedSignaturesAreReportedPerFunction) {
   // @dyn and @scalar cannot be run, but they do not keep @ok from running.
+  // Each message starts where the argument is declared.
   auto runner = compile(R"mlir(
     func.func @dyn(%a: tensor<?xf32>) -> tensor<?xf32> {
       return %a : tensor<?xf32>
@@ -479,12 +480,14 @@ TEST_F(ReferenceRunnerTest, UnsupportedSignaturesAreReportedPerFunction) {
   auto dyn = runner->getSignature("dyn");
   ASSERT_FALSE(dyn);
   EXPECT_EQ(llvm::toString(dyn.takeError()),
-            "argument #0 of @dyn: type 'tensor<?xf32>' is not supported: "
+            "-:2:20: argument #0 of @dyn: type 'tensor<?xf32>' is not "
+            "supported: "
             "only static shapes are");
   auto scalar = runner->getSignature("scalar");
   ASSERT_FALSE(scalar);
   EXPECT_EQ(llvm::toString(scalar.takeError()),
-            "argument #0 of @scalar: type 'f32' is not supported: only "
+            "-:5:23: argument #0 of @scalar: type 'f32' is not supported: "
+            "only "
             "ranked tensors are");
   std::vector<HostTensor> r = runOnFill(*runner, "ok");
   ASSERT_EQ(r.size(), 1u);

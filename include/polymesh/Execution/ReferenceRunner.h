@@ -58,6 +58,10 @@ struct FunctionSignature {
   std::vector<TensorSignature> results;
 };
 
+/// "file:line:col: " of the first file location in `loc` (the file's name
+/// without its directory, as FileCheck tests match it), or "" for none.
+std::string formatLocationPrefix(mlir::Location loc);
+
 /// The signature entry of `type` when it is a static-shaped ranked tensor
 /// (without encoding) of a supported element type; otherwise why not.
 llvm::Expected<TensorSignature> getTensorSignature(mlir::Type type);
