@@ -111,13 +111,32 @@ std::string formatDeviceIds(ArrayRef<int64_t> ids) {
   return cut + "... (" + std::to_string(n) + " devices)";
 }
 
-/// `@mesh1 ["a"=2, "b"=4] dev 0-7`.
+/// A leaf path as a table cell: control characters (a newline would break
+/// the row) as `\XX`, everything else as written.
+std::string formatLeafPath(StringRef path) {
+  std::string text;
+  for (char c : path) {
+    auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7f && byte != '\\') {
+      text += c;
+      continue;
+    }
+    text += '\\';
+    text += byte == '\\' ? std::string("\\") : llvm::utohexstr(byte, false, 2);
+  }
+  return text;
+}
+
+/// `@mesh1 ["a"=2, "b"=4] dev 0-7`, names quoted and escaped as in the IR.
 std::string formatMesh(FlatSymbolRefAttr name, MeshAttr mesh) {
   std::string text;
   llvm::raw_string_ostream os(text);
-  os << "@" << name.getValue() << " [";
+  name.print(os);
+  os << " [";
   llvm::interleaveComma(mesh.getAxes(), os, [&](MeshAxisAttr axis) {
-    os << "\"" << axis.getName() << "\"=" << axis.getSize();
+    os << "\"";
+    llvm::printEscapedString(axis.getName(), os);
+    os << "\"=" << axis.getSize();
   });
   os << "] dev ";
   int64_t numDevices = mesh.getNumDevices();
@@ -322,10 +341,10 @@ FailureOr<LeafRow> LeafPrinter::describeResult(FunctionOpInterface function,
       index, PolymeshDialect::kLeafAttrName);
   std::string what = "result #" + std::to_string(index);
   if (leaf)
-    what += " (leaf \"" + leaf.getValue().str() + "\")";
+    what += " (leaf \"" + formatLeafPath(leaf.getValue()) + "\")";
 
   row.cells.push_back(std::to_string(index));
-  row.cells.push_back(leaf ? leaf.getValue().str() : "-");
+  row.cells.push_back(leaf ? formatLeafPath(leaf.getValue()) : "-");
   auto tensorType = dyn_cast<RankedTensorType>(type);
   if (tensorType) {
     row.cells.push_back(formatShape(tensorType.getShape()));

@@ -61,7 +61,7 @@ class Sharding:
     unreduced: tuple[AxisRef, ...] = ()
 
     def body_text(self) -> str:
-        text = f"<@{self.mesh}, [" + ", ".join(d.text() for d in self.dims) + "]"
+        text = f"<{symbol_text(self.mesh)}, [" + ", ".join(d.text() for d in self.dims) + "]"
         if self.replicated:
             text += ", replicated={" + ", ".join(a.text() for a in self.replicated) + "}"
         if self.unreduced:
@@ -110,8 +110,36 @@ class MeshDef:
 
 
 def _quote(name: str) -> str:
-    escaped = name.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
+    """`name` as an MLIR string literal, escaped byte for byte as
+    `llvm::printEscapedString` (what polymesh-opt prints): printable ASCII
+    as is, `\\` doubled, everything else (`"`, control characters, each
+    UTF-8 byte beyond ASCII) as `\\XX`."""
+    if not isinstance(name, str):
+        raise AttrSyntaxError(f"a mesh axis or symbol name must be a str, got {name!r}")
+    try:
+        data = name.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise AttrSyntaxError(f"the name {name!r} is not valid Unicode text: {error.reason}") from None
+    out = []
+    for byte in data:
+        if byte == 0x5C:
+            out.append("\\\\")
+        elif 0x20 <= byte <= 0x7E and byte != 0x22:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\{byte:02X}")
+    return '"' + "".join(out) + '"'
+
+
+_BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*")
+
+
+def symbol_text(name: str) -> str:
+    """`@name` as MLIR prints a symbol reference: bare where `name` is an
+    identifier, else quoted and escaped (`@"my mesh"`)."""
+    if isinstance(name, str) and _BARE_ID.fullmatch(name):
+        return "@" + name
+    return "@" + _quote(name)
 
 
 # --------------------------------------------------------------------------
@@ -130,25 +158,32 @@ _TOKEN = re.compile(
 
 
 def _unquote(text: str) -> str:
+    """The value of an MLIR string literal: `\\"`, `\\\\`, `\\n`, `\\t` and
+    `\\XX` (one byte each), the bytes then read as UTF-8."""
     body = text[1:-1]
-    out = []
+    out = bytearray()
     i = 0
+    simple = {"\\": b"\\", '"': b'"', "n": b"\n", "t": b"\t"}
     while i < len(body):
         ch = body[i]
         if ch == "\\" and i + 1 < len(body):
             nxt = body[i + 1]
-            if nxt in "\\\"":
-                out.append(nxt)
+            if nxt in simple:
+                out += simple[nxt]
                 i += 2
                 continue
             hexpair = body[i + 1 : i + 3]
             if re.fullmatch(r"[0-9A-Fa-f]{2}", hexpair):
-                out.append(chr(int(hexpair, 16)))
+                out.append(int(hexpair, 16))
                 i += 3
                 continue
-        out.append(ch)
+            raise AttrSyntaxError(f"unknown escape '\\{nxt}' in the string {text}")
+        out += ch.encode("utf-8")
         i += 1
-    return "".join(out)
+    try:
+        return out.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise AttrSyntaxError(f"the string {text} is not UTF-8: {error.reason}") from None
 
 
 class _Parser:

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
-from ._attrs import AxisRef, DimSharding, MeshDef, Sharding
+from ._attrs import AxisRef, DimSharding, MeshDef, Sharding, symbol_text
 
 
 class ShardingError(ValueError):
@@ -42,7 +42,14 @@ def _ids_suffix(ids: tuple[int, ...]) -> str:
 
 def mesh_of_jax(mesh: jax.sharding.Mesh) -> MeshDef:
     ids = tuple(int(d.id) for d in np.asarray(mesh.devices).flat)
-    axes = tuple((str(name), int(size)) for name, size in zip(mesh.axis_names, mesh.devices.shape))
+    for name in mesh.axis_names:
+        # str() of another hashable would not match the PartitionSpecs that
+        # name it; every str round-trips (escaped as polymesh-opt prints it).
+        if not isinstance(name, str):
+            raise ShardingError(
+                f"mesh axis name {name!r} is a {type(name).__name__}; Polymesh meshes name "
+                "their axes with strings")
+    axes = tuple((name, int(size)) for name, size in zip(mesh.axis_names, mesh.devices.shape))
     return MeshDef(axes, ids)
 
 
@@ -103,7 +110,7 @@ class MeshTable:
         return self.add(MeshDef((), (int(device.id),)), device)
 
     def text(self) -> str:
-        return "".join(f"polymesh.mesh @{e.name} = {e.mesh.text()}\n" for e in self.entries())
+        return "".join(f"polymesh.mesh {symbol_text(e.name)} = {e.mesh.text()}\n" for e in self.entries())
 
     # -- JAX sharding -> Polymesh sharding ----------------------------------
 

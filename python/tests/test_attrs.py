@@ -5,8 +5,9 @@ import jax
 import pytest
 
 from polymesh_jax import format_path
-from polymesh_jax._attrs import (AttrSyntaxError, AxisRef, DimSharding, MeshDef, Sharding, parse_functions,
-                                 parse_mesh, parse_meshes, parse_sharding, parse_sharding_list)
+from polymesh_jax._attrs import (AttrSyntaxError, AxisRef, DimSharding, MeshDef, Sharding, _quote, _unquote,
+                                 parse_functions, parse_mesh, parse_meshes, parse_sharding, parse_sharding_list,
+                                 symbol_text)
 from polymesh_jax._emit import reassociation
 
 
@@ -16,12 +17,53 @@ from polymesh_jax._emit import reassociation
     '#polymesh.sharding<@m, [{"x":(1)2}, {}], unreduced={"y"}>',
     '#polymesh.sharding<@m, [{"a", ?}, {}, {"x":(2)4, "b"}]>',
     '#polymesh.sharding<@dev5, []>',
-    '#polymesh.sharding<@m, [{"a b\\"c"}]>',
+    '#polymesh.sharding<@m, [{"a b\\22c"}]>',
+    '#polymesh.sharding<@"my mesh", [{"caf\\C3\\A9", "back\\\\slash"}, {"new\\0Aline"}]>',
 ])
 def test_sharding_round_trip(text):
     sharding, inline = parse_sharding(text)
     assert inline is None
     assert sharding.attr_text() == text
+
+
+@pytest.mark.parametrize("name, literal", [
+    ("plain", '"plain"'),
+    ('q"uote', '"q\\22uote"'),
+    ("back\\slash", '"back\\\\slash"'),
+    ("new\nline", '"new\\0Aline"'),
+    ("tab\there", '"tab\\09here"'),
+    ("café", '"caf\\C3\\A9"'),
+    ("軸", '"\\E8\\BB\\B8"'),
+    ("", '""'),
+])
+def test_names_are_escaped_as_mlir_prints_them(name, literal):
+    """Byte for byte what llvm::printEscapedString writes (and so what
+    polymesh-opt prints back): the bridge's text and polymesh-opt's agree."""
+    assert _quote(name) == literal
+    assert _unquote(literal) == name
+    mesh = MeshDef(((name, 2), ("b", 2)))
+    assert parse_mesh(mesh.text()) == mesh
+    sharding = Sharding("m", (DimSharding((AxisRef(name),)), DimSharding()))
+    assert parse_sharding(sharding.attr_text())[0] == sharding
+
+
+def test_other_escapes_and_symbols():
+    # MLIR's lexer also reads \", \n and \t; they print back as \XX.
+    assert _unquote('"a\\"b\\nc\\td"') == 'a"b\nc\td'
+    assert symbol_text("mesh_a2.x$") == "@mesh_a2.x$"
+    assert symbol_text("my mesh") == '@"my mesh"'
+    assert symbol_text("2d") == '@"2d"'
+    sharding = Sharding("my mesh", (DimSharding(),))
+    assert sharding.attr_text() == '#polymesh.sharding<@"my mesh", [{}]>'
+    assert parse_sharding(sharding.attr_text())[0] == sharding
+    with pytest.raises(AttrSyntaxError, match="must be a str"):
+        _quote(3)
+    with pytest.raises(AttrSyntaxError, match="not valid Unicode"):
+        _quote("\ud800")
+    with pytest.raises(AttrSyntaxError, match="unknown escape"):
+        _unquote('"a\\qb"')
+    with pytest.raises(AttrSyntaxError, match="not UTF-8"):
+        _unquote('"\\FF"')
 
 
 def test_shardy_forms():
