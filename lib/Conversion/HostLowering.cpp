@@ -118,6 +118,50 @@ struct ConstantGlobalsPass
   }
   uint64_t alignment;
 };
+
+/// Drops the operands of `tensor.concat` with no extent along the
+/// concatenated dimension. Upstream's bufferization of concat writes each
+/// operand into a subview at its running offset, and a zero-size operand
+/// after the last element gets the offset of the dimension's end, which
+/// memref.subview refuses ("offset 0 is out-of-bounds: 4 >= 4", LLVM 22).
+/// A concat of nothing but empty operands is an empty tensor.
+struct DropEmptyConcatOperandsPass
+    : public PassWrapper<DropEmptyConcatOperandsPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(DropEmptyConcatOperandsPass)
+  StringRef getArgument() const final {
+    return "polymesh-drop-empty-concat-operands";
+  }
+  void runOnOperation() final {
+    llvm::SmallVector<tensor::ConcatOp> concats;
+    getOperation().walk([&](tensor::ConcatOp op) { concats.push_back(op); });
+    for (tensor::ConcatOp op : concats) {
+      int64_t dim = op.getDim();
+      llvm::SmallVector<Value> kept;
+      for (Value input : op.getInputs())
+        if (cast<RankedTensorType>(input.getType()).getDimSize(dim) != 0)
+          kept.push_back(input);
+      RankedTensorType type = op.getResultType();
+      // A dynamically shaped empty result: one empty operand at offset 0
+      // is fine, and tensor.empty would need its sizes.
+      if (kept.empty() && !type.hasStaticShape())
+        kept.push_back(op.getInputs().front());
+      if (kept.size() == op.getInputs().size())
+        continue;
+      OpBuilder builder(op);
+      Value replacement;
+      if (kept.empty())
+        replacement = tensor::EmptyOp::create(
+            builder, op.getLoc(), type.getShape(), type.getElementType());
+      else if (kept.size() == 1 && kept.front().getType() == type)
+        replacement = kept.front();
+      else
+        replacement = tensor::ConcatOp::create(
+            builder, op.getLoc(), type, static_cast<uint64_t>(dim), kept);
+      op.replaceAllUsesWith(replacement);
+      op.erase();
+    }
+  }
+};
 } // namespace
 
 void polymesh::registerHostLoweringDialects(DialectRegistry &registry) {
@@ -168,6 +212,7 @@ void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
   // Right before bufferization: the TOSA and elementwise passes above fold
   // `x op x` into `x` (max, min, and, or), which can make a value returned
   // twice only now.
+  pm.addPass(std::make_unique<DropEmptyConcatOperandsPass>());
   pm.addPass(std::make_unique<DistinctResultsPass>());
   pm.addPass(std::make_unique<ConstantGlobalsPass>(bufferize.bufferAlignment));
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));
