@@ -11,7 +11,10 @@ the op and where the user's code created it.
 
 from __future__ import annotations
 
+import contextvars
+import os
 import re
+import sys
 from typing import Callable, Optional, Sequence
 
 from jaxlib.mlir import ir
@@ -39,32 +42,116 @@ class UnmappedOpError(ExportError):
 _FILE_LOC = re.compile(r'"([^"]+)":(\d+):(\d+)')
 _NAME_LOC = re.compile(r'loc\("([^"]*)"')
 
+# Frames in the bridge's own files are never the user's line: JAX records
+# them for what it creates while the bridge lowers (hoisted constants).
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
-def describe_location(location: ir.Location) -> str:
-    """`file.py:12:8 (jit(f)/cos)` from an MLIR location, best effort."""
+# Where the user called export (set by export_program): the location of
+# last resort for an op with no user frame of its own.
+export_site: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar("polymesh_export_site", default=None)
+
+
+def _is_bridge_file(path: str) -> bool:
+    return os.path.abspath(path).startswith(_PACKAGE_DIR)
+
+
+def caller_site() -> Optional[str]:
+    """`file.py:12` of the innermost frame outside the bridge."""
+    frame = sys._getframe(1)
+    while frame is not None and _is_bridge_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else None
+
+
+def _user_frame(location: ir.Location) -> Optional[str]:
+    """The innermost frame, unless it is the bridge's own: then the op was
+    made while the bridge lowered, and the outer frames are only the way to
+    the export call."""
     text = str(location)
     files = _FILE_LOC.findall(text)
+    if not files or _is_bridge_file(files[0][0]):
+        return None
+    where = f"{files[0][0]}:{files[0][1]}:{files[0][2]}"
     names = _NAME_LOC.findall(text)
-    where = f"{files[0][0]}:{files[0][1]}:{files[0][2]}" if files else "unknown location"
     if names:
         where += f" ({names[0]})"
     return where
+
+
+def describe_location(location: ir.Location, op: Optional[ir.Operation] = None) -> str:
+    """`file.py:12:8 (jit(f)/cos)`: the first frame of `location` in the
+    user's code; else (a constant JAX hoisted) that of the first op using
+    `op`'s results; else the user's export call."""
+    where = _user_frame(location)
+    if where is not None:
+        return where
+    if op is not None:
+        for result in op.results:
+            for use in result.uses:
+                where = _user_frame(use.owner.location)
+                if where is not None:
+                    return f"{where}, where its value is used"
+    site = export_site.get()
+    return f"{site} (the export call)" if site else "unknown location"
 
 
 # Element types the emitted arithmetic supports.
 _FLOAT_TYPES = {"f16", "bf16", "f32", "f64"}
 _INT_TYPES = {"i1", "i8", "i16", "i32", "i64"}
 
-_SHAPE = re.compile(r"^tensor<(?P<dims>(?:\d+x)*)(?P<elem>[a-z0-9]+)>$")
+# MLIR element types by the name NumPy and JAX give them.
+_DTYPE_NAMES = {
+    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i1": "bool",
+    "complex<f32>": "complex64", "complex<f64>": "complex128",
+    "f8E4M3FN": "float8_e4m3fn", "f8E5M2": "float8_e5m2", "f8E4M3FNUZ": "float8_e4m3fnuz",
+    "f8E5M2FNUZ": "float8_e5m2fnuz", "f8E4M3B11FNUZ": "float8_e4m3b11fnuz", "f8E4M3": "float8_e4m3",
+    "f8E3M4": "float8_e3m4", "f8E8M0FNU": "float8_e8m0fnu", "f4E2M1FN": "float4_e2m1fn",
+}
+
+
+def dtype_name(elem: str) -> str:
+    """`uint8` for `ui8`, `complex64` for `complex<f32>`; the MLIR name
+    where NumPy has none."""
+    if elem in _DTYPE_NAMES:
+        return _DTYPE_NAMES[elem]
+    match = re.fullmatch(r"(ui|si|i)(\d+)", elem)
+    if match:
+        return ("uint" if match.group(1) == "ui" else "int") + match.group(2)
+    return elem
+
+
+def _supported_dtypes() -> str:
+    return ", ".join(dtype_name(e) for e in sorted(_FLOAT_TYPES) + sorted(_INT_TYPES, key=_bitwidth_of_int))
+
+
+def _bitwidth_of_int(elem: str) -> int:
+    return int(elem[1:])
+
+
+class UnsupportedDtypeError(UnmappedOpError):
+    """An op computing on an element type Polymesh IR is not written for."""
+
+    def __init__(self, op_name: str, elem: str, location: str):
+        self.op_name = op_name
+        self.location = location
+        self.dtype = dtype_name(elem)
+        ExportError.__init__(
+            self, f"dtype {self.dtype} is not supported by the bridge (in '{op_name}'), at {location}; "
+            f"it maps {_supported_dtypes()}")
+
+
+_SHAPE = re.compile(r"^tensor<(?P<dims>(?:(?:\d+|\?)x)*)(?P<elem>[^<>x][^<>]*(?:<[^<>]*>)?)>$")
 
 
 class TensorType:
     def __init__(self, text: str):
         match = _SHAPE.match(text)
         if not match:
-            raise ExportError(f"type {text} is not a static-shaped tensor")
-        self.text = text
+            raise ExportError(f"type {text} is not a ranked tensor type the bridge reads")
         dims = match.group("dims")
+        if "?" in dims:
+            raise ExportError(f"type {text} is not a static-shaped tensor (dynamic dimensions are not supported)")
+        self.text = text
         self.shape = tuple(int(d) for d in dims.split("x") if d)
         self.elem = match.group("elem")
 
@@ -332,12 +419,18 @@ class FunctionEmitter:
 
     def emit_op(self, op: ir.Operation) -> None:
         name = op.name
-        where = describe_location(op.location)
+        where = describe_location(op.location, op)
         try:
+            computes = name not in _ANY_DTYPE
             for result in op.results:
                 if not str(result.type).startswith("tensor<"):
                     raise UnmappedOpError(name, where, f"result of type {result.type}")
-                TensorType(str(result.type))  # static shape check
+                result_type = TensorType(str(result.type))  # static shapes only
+                if computes:
+                    _check_dtype(name, result_type, where)
+            for operand in op.operands:
+                if computes and str(operand.type).startswith("tensor<"):
+                    _check_dtype(name, TensorType(str(operand.type)), where)
             handler = _HANDLERS.get(name)
             if handler is None:
                 raise UnmappedOpError(name, where)
@@ -362,6 +455,21 @@ class FunctionEmitter:
             self.names[result] = out
 
 
+# Ops that only move, place or forward values: what they become is written
+# for any element type (a PRNG key's uint32 words are resharded, sliced and
+# passed to calls like any tensor).
+_ANY_DTYPE = {
+    "func.call", "stablehlo.optimization_barrier", "sdy.sharding_constraint", "sdy.reshard",
+    "stablehlo.reshape", "stablehlo.transpose", "stablehlo.broadcast_in_dim", "stablehlo.slice",
+    "stablehlo.concatenate",
+}
+
+
+def _check_dtype(op_name: str, t: TensorType, where: str) -> None:
+    if not (t.is_float or t.is_int):
+        raise UnsupportedDtypeError(op_name, t.elem, where)
+
+
 _HANDLERS: dict[str, Callable[[FunctionEmitter, ir.Operation], Optional[list[str]]]] = {}
 
 
@@ -377,10 +485,7 @@ def handles(*names: str):
 def _constant(e: FunctionEmitter, op: ir.Operation):
     text = str(op.attributes["value"])
     if "dense_resource" in text or "__elided__" in text:
-        raise UnmappedOpError(op.name, describe_location(op.location), "an elided or resource constant")
-    TensorType(str(op.results[0].type))
-    if not TensorType(str(op.results[0].type)).is_float and not TensorType(str(op.results[0].type)).is_int:
-        raise UnmappedOpError(op.name, describe_location(op.location), f"element type of {op.results[0].type}")
+        raise UnmappedOpError(op.name, describe_location(op.location, op), "an elided or resource constant")
     # Materialized where first used: a constant only broadcast is folded.
     e.constants[op.results[0]] = text
     return None
@@ -428,7 +533,7 @@ def _pick(table_entry, t: TensorType, op: ir.Operation) -> str:
     float_op, int_op, bool_op = table_entry
     chosen = float_op if t.is_float else bool_op if t.elem == "i1" else int_op if t.is_int else None
     if chosen is None:
-        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
     return chosen
 
 
@@ -456,7 +561,7 @@ def _unary(e: FunctionEmitter, op: ir.Operation):
 def _logistic(e: FunctionEmitter, op: ir.Operation):
     t = TensorType(str(op.results[0].type))
     if not t.is_float:
-        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
     x = e.value(op.operands[0])
     neg, exp, den, out = e.fresh(), e.fresh(), e.fresh(), e.fresh()
     e.emit(f"{neg} = arith.negf {x} : {t}")
@@ -472,7 +577,7 @@ def _logistic(e: FunctionEmitter, op: ir.Operation):
 def _not(e: FunctionEmitter, op: ir.Operation):
     t = TensorType(str(op.results[0].type))
     if not t.is_int:
-        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
     ones = e.splat_constant("true" if t.elem == "i1" else "-1", str(t))
     name = e.fresh()
     e.emit(f"{name} = arith.xori {e.value(op.operands[0])}, {ones} : {t}")
@@ -495,13 +600,13 @@ def _compare(e: FunctionEmitter, op: ir.Operation):
     name = e.fresh()
     if t.is_float:
         if kind == "TOTALORDER":
-            raise UnmappedOpError(op.name, describe_location(op.location), "a total-order float comparison")
+            raise UnmappedOpError(op.name, describe_location(op.location, op), "a total-order float comparison")
         e.emit(f"{name} = arith.cmpf {_CMP_FLOAT[direction]}, {lhs}, {rhs} : {t}")
     elif t.is_int:
         table = _CMP_UNSIGNED if (kind == "UNSIGNED" or t.elem == "i1") else _CMP_SIGNED
         e.emit(f"{name} = arith.cmpi {table[direction]}, {lhs}, {rhs} : {t}")
     else:
-        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
     return [name]
 
 
@@ -555,7 +660,7 @@ def _convert(e: FunctionEmitter, op: ir.Operation):
     x = e.value(op.operands[0])
     if src.elem == dst.elem:
         return [x]
-    where = describe_location(op.location)
+    where = describe_location(op.location, op)
 
     def cast(opname: str, value: str, from_t: str, to_t: str) -> str:
         name = e.fresh()
@@ -722,7 +827,7 @@ def _iota(e: FunctionEmitter, op: ir.Operation):
     elif t.is_int:
         e.cont(f"  %v = arith.index_cast %i : index to {t.elem}")
     else:
-        raise UnmappedOpError(op.name, describe_location(op.location), f"of {t.elem}")
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"of {t.elem}")
     e.cont(f"  linalg.yield %v : {t.elem}")
     e.cont(f"}} -> {t}")
     return [name]
@@ -751,7 +856,7 @@ def _dot_general(e: FunctionEmitter, op: ir.Operation):
     lt, rt = TensorType(str(op.operands[0].type)), TensorType(str(op.operands[1].type))
     ot = TensorType(str(op.results[0].type))
     if not ((lt.is_float and ot.is_float) or (lt.is_int and ot.is_int and lt.elem != "i1")):
-        raise UnmappedOpError(op.name, describe_location(op.location), f"on {lt.elem} -> {ot.elem}")
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {lt.elem} -> {ot.elem}")
     lhs, rhs = e.value(op.operands[0]), e.value(op.operands[1])
     zero = e.scalar_constant("0.0" if ot.is_float else "0", ot.elem)
     acc = e.filled(str(ot), zero, ot.elem)
@@ -813,7 +918,7 @@ _COMBINERS = {
 
 @handles("stablehlo.reduce")
 def _reduce(e: FunctionEmitter, op: ir.Operation):
-    where = describe_location(op.location)
+    where = describe_location(op.location, op)
     if len(op.results) != 1:
         raise UnmappedOpError(op.name, where, f"a reduction of {len(op.results)} values at once")
     x_value, init_value = op.operands
@@ -864,7 +969,7 @@ def _call(e: FunctionEmitter, op: ir.Operation):
     callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
     func = e.functions.get(callee)
     if func is None:
-        raise UnmappedOpError(op.name, describe_location(op.location), f"call of unknown @{callee}")
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"call of unknown @{callee}")
     if e.inline_depth > 64:
         raise ExportError(f"calls nest too deeply at @{callee}")
     block = func.regions[0].blocks[0]
@@ -949,7 +1054,7 @@ def _sign(e: FunctionEmitter, op: ir.Operation):
     # 1 above zero, -1 below, x itself otherwise (keeps -0, 0 and NaN).
     t = TensorType(str(op.results[0].type))
     if not (t.is_float or (t.is_int and t.elem != "i1")):
-        raise UnmappedOpError(op.name, describe_location(op.location), f"on {t.elem}")
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
     x = e.value(op.operands[0])
     i1 = tensor_type(t.shape, "i1")
     zero = e.splat_constant("0.0" if t.is_float else "0", str(t))

@@ -14,8 +14,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jaxlib.mlir import ir
 
-from ._attrs import MeshDef, Sharding, _quote, parse_mesh
-from ._emit import ExportError, FunctionEmitter, TensorType
+from ._attrs import MeshDef, Sharding, _quote, parse_mesh, symbol_text
+from ._emit import ExportError, FunctionEmitter, TensorType, caller_site, export_site
 from ._meshes import MeshTable, ShardingError, mesh_of_jax
 
 # The axis that marks each mesh when JAX cannot lower the function as is
@@ -391,6 +391,15 @@ def export_program(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[dict
     """
     if unmapped not in ("error", "opaque"):
         raise ValueError(f"unmapped must be 'error' or 'opaque', got {unmapped!r}")
+    token = export_site.set(caller_site())
+    try:
+        return _export_program(fn, args, kwargs, mesh_names, function_name, lowering, unmapped)
+    finally:
+        export_site.reset(token)
+
+
+def _export_program(fn: Callable, args: Sequence[Any], kwargs: Optional[dict], mesh_names: Optional[dict],
+                    function_name: Optional[str], lowering: str, unmapped: str) -> Program:
     kwargs = dict(kwargs or {})
     if lowering not in ("auto", "jax", "detached"):
         raise ValueError(f"lowering must be 'auto', 'jax' or 'detached', got {lowering!r}")
@@ -556,9 +565,9 @@ def _write(lowered: _Lowered, table: MeshTable, name: str, arguments: list[Leaf]
     lines.append(table.text().rstrip("\n"))
     args_text = ",\n    ".join(f"%arg{i}: {leaf.type} {attrs(leaf)}" for i, leaf in enumerate(arguments))
     results_text = ",\n    ".join(f"{leaf.type} {attrs(leaf)}" for leaf in results)
-    header = f"func.func @{name}({args_text})\n    -> ({results_text})"
+    header = f"func.func {symbol_text(name)}({args_text})\n    -> ({results_text})"
     if ambient_name is not None:
-        header += f"\n    attributes {{polymesh.ambient_mesh = @{ambient_name}}}"
+        header += f"\n    attributes {{polymesh.ambient_mesh = {symbol_text(ambient_name)}}}"
     lines.append(header + " {")
     lines.extend(emitter.body_lines(returned))
     types = ", ".join(leaf.type for leaf in results)
