@@ -33,6 +33,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SmallBitVector.h"
 
 #include <map>
 #include <optional>
@@ -60,6 +61,23 @@ struct ValueInfo {
   mlir::StringAttr meshName;
   ShardingAttr sharding;
 };
+
+/// The static sizes of a slice (or insert) whose slice shape is now `local`
+/// (the tile's): each static size of a dimension the slice keeps becomes
+/// the local extent; dropped (unit) dimensions and dynamic sizes stay.
+SmallVector<int64_t> localSliceSizes(ArrayRef<int64_t> sizes,
+                                     const llvm::SmallBitVector &dropped,
+                                     ArrayRef<int64_t> local) {
+  SmallVector<int64_t> result(sizes);
+  for (int64_t d = 0, r = 0, e = result.size(); d < e; ++d) {
+    if (dropped.test(d))
+      continue;
+    if (!ShapedType::isDynamic(result[d]))
+      result[d] = local[r];
+    ++r;
+  }
+  return result;
+}
 
 bool isZero(Value value) {
   if (matchPattern(value, m_AnyZeroFloat()) || matchPattern(value, m_Zero()))
@@ -576,6 +594,16 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
     if (auto expand = dyn_cast<tensor::ExpandShapeOp>(copy))
       expand.setStaticOutputShape(
           builder.getDenseI64ArrayAttr(expand.getResultType().getShape()));
+    // A dimension a slice takes (or an insert writes) whole may be split:
+    // its size is the tile's. The others are replicated and keep theirs.
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(copy))
+      slice.setStaticSizes(localSliceSizes(slice.getStaticSizes(),
+                                           slice.getDroppedDims(),
+                                           slice.getResultType().getShape()));
+    if (auto insert = dyn_cast<tensor::InsertSliceOp>(copy))
+      insert.setStaticSizes(localSliceSizes(
+          insert.getStaticSizes(), insert.getDroppedDims(),
+          cast<RankedTensorType>(insert.getSource().getType()).getShape()));
     if (auto reshape = dyn_cast<tosa::ReshapeOp>(copy)) {
       // The target shape is an operand: give the local one.
       ArrayRef<int64_t> shape =

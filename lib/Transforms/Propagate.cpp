@@ -16,6 +16,7 @@
 #include "polymesh/Transforms/Passes.h"
 #include "polymesh/Transforms/ShardingRules.h"
 
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/SymbolTable.h"
@@ -144,6 +145,8 @@ private:
   bool resolve(Operation *op);
   bool resolveWithoutRule(Operation *op);
   bool applyAmbient(bool &failedOut);
+  FlatSymbolRefAttr meshOfScalarReaders(Value value);
+  void splitConcatLeaves();
   LogicalResult finalize();
 
   std::optional<Placement> makePlacement(const FactorRule &rule,
@@ -648,6 +651,73 @@ bool FunctionPropagator::resolve(Operation *op) {
   return true;
 }
 
+/// A concatenation is computed whole along its dimension, so operands split
+/// there are gathered (a reshard before it). When every operand was split
+/// there by the same axes and the result is only returned, the returned
+/// leaf keeps that split, as JAX's and Shardy's concatenation does: each
+/// device slices its tile out of the result it computed, which moves
+/// nothing. Runs once propagation has converged.
+void FunctionPropagator::splitConcatLeaves() {
+  SmallVector<tensor::ConcatOp> concats;
+  for (Operation *op : bodyOps())
+    if (auto concat = dyn_cast<tensor::ConcatOp>(op))
+      concats.push_back(concat);
+  for (tensor::ConcatOp concat : concats) {
+    ShardingAttr result = lookup(concat.getResult());
+    if (!result || !result.getUnreduced().empty() ||
+        !llvm::all_of(concat->getUsers(), [](Operation *user) {
+          return user->hasTrait<OpTrait::IsTerminator>();
+        }))
+      continue;
+    int64_t rank = concat.getResultType().getRank();
+    int64_t dim = concat.getDim();
+    ShardingAttr whole = result.withRank(rank);
+    if (!whole.getDims()[dim].getAxes().empty())
+      continue;
+    // What each operand was before propagation gathered it.
+    std::optional<SmallVector<AxisRefAttr>> axes;
+    for (Value input : concat.getInputs()) {
+      if (auto gather = input.getDefiningOp<ReshardOp>())
+        input = gather.getInput();
+      ShardingAttr sharding = lookup(input);
+      if (!sharding || sharding.getMeshName() != whole.getMeshName() ||
+          !sharding.getUnreduced().empty()) {
+        axes = SmallVector<AxisRefAttr>();
+        break;
+      }
+      ArrayRef<AxisRefAttr> inputAxes =
+          sharding.withRank(rank).getDims()[dim].getAxes();
+      if (axes && ArrayRef<AxisRefAttr>(*axes) != inputAxes) {
+        axes = SmallVector<AxisRefAttr>();
+        break;
+      }
+      axes = SmallVector<AxisRefAttr>(inputAxes);
+    }
+    if (!axes || axes->empty())
+      continue;
+    // The axes must be free in the result's sharding.
+    auto usesAxis = [&](StringRef name) {
+      for (DimShardingAttr dimSharding : whole.getDims())
+        for (AxisRefAttr used : dimSharding.getAxes())
+          if (used.getName() == name)
+            return true;
+      return llvm::any_of(whole.getReplicated(), [&](AxisRefAttr replicated) {
+        return replicated.getName() == name;
+      });
+    };
+    if (llvm::any_of(
+            *axes, [&](AxisRefAttr axis) { return usesAxis(axis.getName()); }))
+      continue;
+    SmallVector<DimShardingAttr> dims(whole.getDims());
+    dims[dim] = DimShardingAttr::get(concat.getContext(), *axes,
+                                     /*isClosed=*/true);
+    insertReshardAfter(concat.getResult(),
+                       ShardingAttr::get(concat.getContext(),
+                                         whole.getMeshName(), dims,
+                                         whole.getReplicated(), {}));
+  }
+}
+
 /// Moves an op's values to `targets`: unplaced values take them, open
 /// dimensions extend where allowed, operands that differ are resharded
 /// before the op, and results that were placed otherwise keep that
@@ -802,12 +872,25 @@ bool FunctionPropagator::applyAmbient(bool &failedOut) {
       meshName = reshard.getSharding().getMeshName();
     }
     if (agree && getMesh(meshName))
-      placedByReshards |= assign(
-          value, ShardingAttr::getReplicated(
-                     value.getContext(), meshName,
-                     cast<RankedTensorType>(value.getType()).getRank()));
+      placedByReshards |=
+          assign(value, ShardingAttr::getReplicated(
+                            value.getContext(), meshName,
+                            cast<RankedTensorType>(value.getType()).getRank()));
   }
   if (placedByReshards)
+    return true;
+
+  // A tensor read only as scalars (`tensor.extract` of a pad value, a
+  // dynamic slice's start index) is needed on every device that computes
+  // with those scalars: replicated on their mesh, where it is one.
+  bool placedByReaders = false;
+  for (Value value : unplaced)
+    if (FlatSymbolRefAttr meshName = meshOfScalarReaders(value))
+      placedByReaders |=
+          assign(value, ShardingAttr::getReplicated(
+                            value.getContext(), meshName,
+                            cast<RankedTensorType>(value.getType()).getRank()));
+  if (placedByReaders)
     return true;
 
   failedOut = true;
@@ -854,6 +937,52 @@ bool FunctionPropagator::applyAmbient(bool &failedOut) {
     }
   }
   return false;
+}
+
+/// The one mesh of the placed tensor ops that read `value` through scalars
+/// only: every use is a `tensor.extract`, and its scalar reaches (through
+/// scalar ops) ops whose placed tensor values are all on that mesh. Null
+/// when a use is anything else, no reader is placed, or readers disagree.
+FlatSymbolRefAttr FunctionPropagator::meshOfScalarReaders(Value value) {
+  if (value.use_empty())
+    return {};
+  SmallVector<Value> scalars;
+  for (Operation *user : value.getUsers()) {
+    if (!isa<tensor::ExtractOp>(user))
+      return {};
+    scalars.push_back(user->getResult(0));
+  }
+  FlatSymbolRefAttr meshName;
+  llvm::SmallPtrSet<Operation *, 16> visited;
+  // Bounded: a scalar chain longer than this is not what these ops make.
+  for (size_t i = 0; i < scalars.size() && i < 256; ++i) {
+    for (Operation *reader : scalars[i].getUsers()) {
+      // A read inside a region (a pad's yield) is the enclosing op's.
+      while (reader->getParentOp() != function.getOperation() &&
+             reader->getParentOp())
+        reader = reader->getParentOp();
+      if (!visited.insert(reader).second)
+        continue;
+      bool tensorOp = false;
+      for (Value result : reader->getResults()) {
+        if (!isa<RankedTensorType>(result.getType())) {
+          scalars.push_back(result);
+          continue;
+        }
+        tensorOp = true;
+        ShardingAttr sharding = lookup(result);
+        if (!sharding)
+          return {};
+        if (meshName && sharding.getMeshName() != meshName)
+          return {};
+        meshName = sharding.getMeshName();
+      }
+      if (!tensorOp && reader->getNumResults() == 0 &&
+          !reader->hasTrait<OpTrait::IsTerminator>())
+        return {};
+    }
+  }
+  return meshName && getMesh(meshName) ? meshName : FlatSymbolRefAttr();
 }
 
 LogicalResult FunctionPropagator::finalize() {
@@ -1020,6 +1149,7 @@ LogicalResult FunctionPropagator::run() {
       continue;
     if (failedAmbient)
       return failure();
+    splitConcatLeaves();
     return finalize();
   }
   return function->emitError()

@@ -8,9 +8,12 @@
 
 #include "mlir/Dialect/Shard/Interfaces/ShardingInterface.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/AffineExpr.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
+#include "llvm/ADT/Sequence.h"
+#include "llvm/ADT/SmallBitVector.h"
 
 #include <numeric>
 
@@ -168,6 +171,121 @@ FactorRule reshapeRule(Value collapsedValue, Value expandedValue,
   return rule;
 }
 
+/// Ops that keep some dimensions of their source whole and change the
+/// others (slices, pads, concatenation): one factor per source dimension,
+/// which every tensor operand and result shares where the dimension is
+/// kept; a changed dimension has no factor, so it is replicated. `kept[d]`
+/// says whether source dimension d is kept, `resultDims` which source
+/// dimension each result dimension is (a rank-reducing slice drops some).
+FactorRule passThroughRule(Operation *op, RankedTensorType source,
+                           ArrayRef<bool> kept, ArrayRef<int64_t> resultDims) {
+  FactorRule rule;
+  addIdentityFactors(rule, source.getShape());
+  auto dimsOf = [&](ArrayRef<int64_t> sourceDims) {
+    SmallVector<SmallVector<unsigned>> dims;
+    for (int64_t d : sourceDims)
+      dims.push_back(kept[d] ? SmallVector<unsigned>{static_cast<unsigned>(d)}
+                             : SmallVector<unsigned>{});
+    return dims;
+  };
+  SmallVector<int64_t> allDims =
+      llvm::to_vector(llvm::seq<int64_t>(0, source.getRank()));
+  for (Value operand : op->getOperands()) {
+    if (!isa<RankedTensorType>(operand.getType()))
+      continue;
+    rule.values.push_back(dimsOf(allDims));
+    rule.tensorValues.push_back(operand);
+  }
+  rule.numOperands = rule.values.size();
+  rule.values.push_back(dimsOf(resultDims));
+  rule.tensorValues.push_back(op->getResult(0));
+  return rule;
+}
+
+/// A slice keeps the source dimensions it takes whole (offset 0, stride 1,
+/// every element); the others are sliced on one device, whole.
+std::optional<FactorRule> extractSliceRule(tensor::ExtractSliceOp slice) {
+  RankedTensorType source = slice.getSourceType();
+  if (!source.hasStaticShape())
+    return std::nullopt;
+  SmallVector<bool> kept;
+  for (int64_t d = 0; d < source.getRank(); ++d) {
+    std::optional<int64_t> offset =
+        getConstantIntValue(slice.getMixedOffsets()[d]);
+    std::optional<int64_t> size = getConstantIntValue(slice.getMixedSizes()[d]);
+    std::optional<int64_t> stride =
+        getConstantIntValue(slice.getMixedStrides()[d]);
+    kept.push_back(offset == 0 && stride == 1 && size == source.getDimSize(d));
+  }
+  llvm::SmallBitVector dropped = slice.getDroppedDims();
+  SmallVector<int64_t> resultDims;
+  for (int64_t d = 0; d < source.getRank(); ++d)
+    if (!dropped.test(d))
+      resultDims.push_back(d);
+  return passThroughRule(slice, source, kept, resultDims);
+}
+
+/// An insert keeps the destination dimensions it writes whole (offset 0,
+/// stride 1, every element), in the inserted slice too; the others are
+/// replicated, since the slice lands at a global offset there.
+std::optional<FactorRule> insertSliceRule(tensor::InsertSliceOp insert) {
+  RankedTensorType dest = insert.getDestType();
+  if (!dest.hasStaticShape())
+    return std::nullopt;
+  FactorRule rule;
+  addIdentityFactors(rule, dest.getShape());
+  SmallVector<SmallVector<unsigned>> destDims, sourceDims;
+  llvm::SmallBitVector dropped = insert.getDroppedDims();
+  for (int64_t d = 0; d < dest.getRank(); ++d) {
+    bool kept =
+        getConstantIntValue(insert.getMixedOffsets()[d]) == 0 &&
+        getConstantIntValue(insert.getMixedStrides()[d]) == 1 &&
+        getConstantIntValue(insert.getMixedSizes()[d]) == dest.getDimSize(d);
+    SmallVector<unsigned> factors;
+    if (kept)
+      factors.push_back(static_cast<unsigned>(d));
+    if (!dropped.test(d))
+      sourceDims.push_back(factors);
+    destDims.push_back(std::move(factors));
+  }
+  rule.values = {sourceDims, destDims, destDims};
+  rule.tensorValues = {insert.getSource(), insert.getDest(),
+                       insert.getResult()};
+  rule.numOperands = 2;
+  return rule;
+}
+
+/// A pad keeps the dimensions it pads by nothing. Only a pad by a value
+/// that does not depend on the position: a tile's local indices are not
+/// the global ones.
+std::optional<FactorRule> padRule(tensor::PadOp pad) {
+  RankedTensorType source = pad.getSourceType();
+  if (!source.hasStaticShape() ||
+      llvm::any_of(pad.getRegion().getArguments(),
+                   [](BlockArgument index) { return !index.use_empty(); }))
+    return std::nullopt;
+  SmallVector<bool> kept;
+  for (int64_t d = 0; d < source.getRank(); ++d)
+    kept.push_back(getConstantIntValue(pad.getMixedLowPad()[d]) == 0 &&
+                   getConstantIntValue(pad.getMixedHighPad()[d]) == 0);
+  return passThroughRule(
+      pad, source, kept,
+      llvm::to_vector(llvm::seq<int64_t>(0, source.getRank())));
+}
+
+/// A concatenation keeps every dimension but the one it concatenates
+/// along, which is replicated.
+std::optional<FactorRule> concatRule(tensor::ConcatOp concat) {
+  RankedTensorType result = concat.getResultType();
+  if (!result.hasStaticShape())
+    return std::nullopt;
+  SmallVector<bool> kept(result.getRank(), true);
+  kept[concat.getDim()] = false;
+  return passThroughRule(
+      concat, result, kept,
+      llvm::to_vector(llvm::seq<int64_t>(0, result.getRank())));
+}
+
 } // namespace
 
 namespace {
@@ -213,6 +331,15 @@ std::optional<FactorRule> computeFactorRule(Operation *op) {
     return reshapeRule(collapse.getResult(), collapse.getSrc(),
                        collapse.getReassociationIndices(),
                        /*collapsedIsOperand=*/false);
+
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op))
+    return extractSliceRule(slice);
+  if (auto insert = dyn_cast<tensor::InsertSliceOp>(op))
+    return insertSliceRule(insert);
+  if (auto pad = dyn_cast<tensor::PadOp>(op))
+    return padRule(pad);
+  if (auto concat = dyn_cast<tensor::ConcatOp>(op))
+    return concatRule(concat);
 
   if (std::optional<FactorRule> rule = fromShardingInterface(op, {}))
     return rule;

@@ -15,8 +15,8 @@
 polymesh.mesh @m = <["a"=2, "b"=2]>
 polymesh.mesh @n = <["x"=4], device_ids=[7, 5, 3, 1]>
 
-// A zero-size operand first: concat has no rule yet, so it is computed
-// replicated (the 6x4 operand is gathered; the empty one moves nothing).
+// A zero-size operand first: the concatenated dim is replicated (the 6x4
+// operand is gathered; the empty one moves nothing).
 // CHECK-LABEL: @concat_first: 1 leaf, 192 bytes moved, {{.*}} on 4 devices, PASS
 func.func @concat_first(%arg0: tensor<0x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a"}, {}]>},
                         %arg1: tensor<6x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a"}, {}]>}) -> tensor<6x4xf32> {
