@@ -526,6 +526,7 @@ _UNARY = {
     "stablehlo.round_nearest_even": ("math.roundeven", None, None),
     "stablehlo.round_nearest_afz": ("math.round", None, None),
     "chlo.erf": ("math.erf", None, None),
+    "chlo.erfc": ("math.erfc", None, None),
 }
 
 
@@ -932,11 +933,7 @@ def _reduce(e: FunctionEmitter, op: ir.Operation):
         raise UnmappedOpError(op.name, where, "a reduction body other than one add/mul/max/min/and/or")
     combiner = _pick(_COMBINERS[body[0].name], xt, op)
     # The initial value: a scalar for linalg.fill.
-    if init_value in e.constants and e.splat_value(e.constants[init_value]) is not None:
-        init = e.scalar_constant(e.splat_value(e.constants[init_value]), ot.elem)
-    else:
-        init = e.fresh()
-        e.emit(f"{init} = tensor.extract {e.value(init_value)}[] : {init_value.type}")
+    init = _scalar_of(e, init_value, ot.elem)
     acc = e.filled(str(ot), init, ot.elem)
     x = e.value(x_value)
     name = e.fresh()
@@ -1005,8 +1002,8 @@ def _square(e: FunctionEmitter, op: ir.Operation):
 
 @handles("stablehlo.slice")
 def _slice(e: FunctionEmitter, op: ir.Operation):
-    # No sharding rule upstream: propagation computes it replicated (with a
-    # warning). A slice that takes every element is left out.
+    # Dimensions taken whole keep their sharding (docs/propagation.md). A
+    # slice that takes every element is left out.
     src = TensorType(str(op.operands[0].type))
     dst = TensorType(str(op.results[0].type))
     starts = _i64s(op.attributes["start_indices"])
@@ -1030,6 +1027,96 @@ def _concatenate(e: FunctionEmitter, op: ir.Operation):
         return names
     name = e.fresh()
     e.emit(f"{name} = tensor.concat dim({dim}) {', '.join(names)} : ({types}) -> {dst}")
+    return [name]
+
+
+def _scalar_of(e: FunctionEmitter, v: ir.Value, elem: str) -> str:
+    """A 0-d tensor operand as a scalar: the constant itself where it is a
+    splat, else `tensor.extract`."""
+    if v in e.constants and e.splat_value(e.constants[v]) is not None:
+        return e.scalar_constant(e.splat_value(e.constants[v]), elem)
+    name = e.fresh()
+    e.emit(f"{name} = tensor.extract {e.value(v)}[] : {v.type}")
+    return name
+
+
+@handles("stablehlo.pad")
+def _pad(e: FunctionEmitter, op: ir.Operation):
+    # tensor.pad by a constant value: dimensions padded by nothing keep
+    # their sharding (docs/propagation.md).
+    src = TensorType(str(op.operands[0].type))
+    dst = TensorType(str(op.results[0].type))
+    low = _i64s(op.attributes["edge_padding_low"])
+    high = _i64s(op.attributes["edge_padding_high"])
+    interior = _i64s(op.attributes["interior_padding"])
+    if any(interior) or any(p < 0 for p in low + high):
+        raise UnmappedOpError(op.name, describe_location(op.location, op),
+                              "interior or negative padding (a strided or cropping pad)")
+    x = e.value(op.operands[0])
+    if not any(low) and not any(high):
+        return [x]
+    value = _scalar_of(e, op.operands[1], src.elem)
+    name = e.fresh()
+    join = lambda values: ", ".join(str(v) for v in values)  # noqa: E731
+    indices = ", ".join(f"%i{d}: index" for d in range(src.rank))
+    e.emit(f"{name} = tensor.pad {x} low[{join(low)}] high[{join(high)}] {{")
+    e.cont(f"^bb0({indices}):")
+    e.cont(f"  tensor.yield {value} : {src.elem}")
+    e.cont(f"}} : {src} to {dst}")
+    return [name]
+
+
+def _clamped_starts(e: FunctionEmitter, op: ir.Operation, starts: Sequence[ir.Value], shape: Sequence[int],
+                    sizes: Sequence[int]) -> list[str]:
+    """StableHLO's start indices, clamped to [0, dim - size] as its dynamic
+    slices define them; a dimension taken whole starts at a static 0, so
+    that its sharding is kept."""
+    offsets = []
+    for start, extent, size in zip(starts, shape, sizes):
+        if size == extent:
+            offsets.append("0")
+            continue
+        start_type = TensorType(str(start.type))
+        if not start_type.is_int or start_type.elem == "i1":
+            raise UnmappedOpError(op.name, describe_location(op.location, op), f"start index of type {start.type}")
+        scalar = _scalar_of(e, start, start_type.elem)
+        index = e.fresh()
+        e.emit(f"{index} = arith.index_cast {scalar} : {start_type.elem} to index")
+        low, high = e.fresh(), e.fresh()
+        e.emit(f"{low} = arith.constant 0 : index")
+        e.emit(f"{high} = arith.constant {extent - size} : index")
+        above, clamped = e.fresh(), e.fresh()
+        e.emit(f"{above} = arith.maxsi {index}, {low} : index")
+        e.emit(f"{clamped} = arith.minsi {above}, {high} : index")
+        offsets.append(clamped)
+    return offsets
+
+
+@handles("stablehlo.dynamic_slice")
+def _dynamic_slice(e: FunctionEmitter, op: ir.Operation):
+    src = TensorType(str(op.operands[0].type))
+    dst = TensorType(str(op.results[0].type))
+    offsets = _clamped_starts(e, op, list(op.operands[1:]), src.shape, dst.shape)
+    x = e.value(op.operands[0])
+    if src.shape == dst.shape:
+        return [x]
+    name = e.fresh()
+    e.emit(f"{name} = tensor.extract_slice {x}[{', '.join(offsets)}] [{', '.join(str(d) for d in dst.shape)}] "
+           f"[{', '.join('1' for _ in dst.shape)}] : {src} to {dst}")
+    return [name]
+
+
+@handles("stablehlo.dynamic_update_slice")
+def _dynamic_update_slice(e: FunctionEmitter, op: ir.Operation):
+    dst = TensorType(str(op.operands[0].type))
+    update = TensorType(str(op.operands[1].type))
+    offsets = _clamped_starts(e, op, list(op.operands[2:]), dst.shape, update.shape)
+    x, u = e.value(op.operands[0]), e.value(op.operands[1])
+    if dst.shape == update.shape:
+        return [u]
+    name = e.fresh()
+    e.emit(f"{name} = tensor.insert_slice {u} into {x}[{', '.join(offsets)}] "
+           f"[{', '.join(str(d) for d in update.shape)}] [{', '.join('1' for _ in update.shape)}] : {update} into {dst}")
     return [name]
 
 

@@ -159,3 +159,21 @@ def test_pipeline_stages_verify():
     assert program.lowering == "detached"
     process = polymesh_run(program.text, "--verify")
     assert process.returncode == 0 and "PASS" in process.stdout, process.stdout + process.stderr
+
+
+def exact_gelu_mlp(w1, w2, x):
+    """A feed-forward block with the exact (erf-based) GELU, which JAX
+    lowers through chlo.erfc."""
+    return jax.nn.gelu(x @ w1, approximate=False) @ w2
+
+
+def test_exact_gelu_exports_runs_and_verifies():
+    w1 = jax.device_put(jnp.zeros((32, 64)), NamedSharding(mesh, P(None, "model")))
+    w2 = jax.device_put(jnp.zeros((64, 32)), NamedSharding(mesh, P("model", None)))
+    x = jax.device_put(jnp.zeros((16, 32)), NamedSharding(mesh, P("data")))
+    program = pj.export_program(exact_gelu_mlp, (w1, w2, x))
+    assert "math.erfc" in program.text and program.opaque_ops == []
+    check_reference_matches_jax(exact_gelu_mlp, (w1, w2, x), rtol=1e-4)
+    process = polymesh_run(program.text, "--verify")
+    assert process.returncode == 0, process.stdout + process.stderr
+    assert "1 passed, 0 failed" in process.stdout
