@@ -138,13 +138,19 @@ class MeshTable:
 
     # -- Polymesh sharding -> JAX sharding ----------------------------------
 
-    def to_jax(self, sharding: Sharding, what: str) -> Any:
+    def to_jax(self, sharding: Sharding, what: str, coarsen_sub_axes: bool = False) -> Any:
+        """The JAX sharding of `sharding`. A PartitionSpec has no sub-axes:
+        with `coarsen_sub_axes`, each dimension keeps its whole axes up to
+        the first sub-axis (a coarser tiling of the same devices), else a
+        sub-axis is a ShardingError."""
         entry = self.get(sharding.mesh)
         if entry is None:
             raise ShardingError(f"{what}: mesh @{sharding.mesh} is not one of this export's meshes")
         obj = entry.jax_object
         if isinstance(obj, jax.Device):
             return SingleDeviceSharding(obj)
+        if coarsen_sub_axes:
+            sharding = coarsened(sharding)
         if any(a.is_sub_axis for d in sharding.dims for a in d.axes) or any(
                 a.is_sub_axis for a in sharding.unreduced):
             raise ShardingError(
@@ -161,6 +167,20 @@ class MeshTable:
         else:
             spec = PartitionSpec(*parts)
         return NamedSharding(obj, spec)
+
+
+def coarsened(sharding: Sharding) -> Sharding:
+    """`sharding` with each dimension cut before its first sub-axis:
+    `[{"b", "a":(1)2}]` becomes `[{"b"}]`."""
+    dims = []
+    for dim in sharding.dims:
+        kept = []
+        for axis in dim.axes:
+            if axis.is_sub_axis:
+                break
+            kept.append(axis)
+        dims.append(dataclasses.replace(dim, axes=tuple(kept)))
+    return dataclasses.replace(sharding, dims=tuple(dims))
 
 
 def _is_unspecified(value: Any) -> bool:

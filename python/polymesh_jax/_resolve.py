@@ -13,6 +13,7 @@ import jax
 from ._attrs import Sharding, parse_functions, parse_meshes
 from ._emit import ExportError
 from ._export import Program, export_program
+from ._meshes import coarsened
 from ._tools import run_tool
 
 
@@ -81,12 +82,17 @@ def resolve(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[dict] = Non
         if sharding is None:
             raise ExportError(f"leaf {leaf.path} has no sharding after propagation")
         shardings.append(sharding)
-        jax_shardings.append(program.meshes.to_jax(sharding, f"leaf {leaf.path}"))
+        if coarsened(sharding) != sharding:
+            warnings.warn(
+                f"leaf {leaf.path}: {sharding.attr_text()} splits a mesh axis into sub-axes, which a "
+                f"PartitionSpec cannot express; its out_sharding is the coarser "
+                f"{coarsened(sharding).attr_text()}", PolymeshWarning, stacklevel=2)
+        jax_shardings.append(program.meshes.to_jax(sharding, f"leaf {leaf.path}", coarsen_sub_axes=True))
     tree = jax.tree_util.tree_unflatten(program.out_tree, jax_shardings)
     return Resolution(program, propagated, shardings, tree)
 
 
-def resolve_out_shardings(fn: Callable, *args: Any, **kwargs: Any) -> Any:
+def resolve_out_shardings(fn: Callable, *args: Any, unmapped: str = "error", **kwargs: Any) -> Any:
     """The out_shardings pytree that places every leaf of `fn(*args,
     **kwargs)` where Polymesh's propagation puts it, on the user's own mesh:
 
@@ -94,6 +100,9 @@ def resolve_out_shardings(fn: Callable, *args: Any, **kwargs: Any) -> Any:
 
     Each leaf becomes a `NamedSharding` over the very `jax.sharding.Mesh`
     object its value was placed on (or a `SingleDeviceSharding` for a value
-    placed on one device), whatever the order of the leaves.
+    placed on one device), whatever the order of the leaves. A leaf split
+    over a sub-axis gets the coarser spec of its whole axes, with a
+    PolymeshWarning. `unmapped` is `export_program`'s ("opaque" resolves
+    programs with ops the bridge does not map).
     """
-    return resolve(fn, args, kwargs).out_shardings
+    return resolve(fn, args, kwargs, unmapped=unmapped).out_shardings

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -56,8 +57,38 @@ def run_tool(name: str, ir_text: str, options: Sequence[str], timeout: float = 3
     if check and process.returncode != 0:
         raise ToolError(
             f"{name} {' '.join(options)} failed with exit code {process.returncode}:\n"
-            f"{process.stderr.strip() or process.stdout.strip()}", process.stdout, process.stderr)
+            f"{errors_first(process.stderr.strip() or process.stdout.strip())}", process.stdout, process.stderr)
     return process
+
+
+_DIAGNOSTIC = re.compile(r"^(?:\S.*?:\d+:\d+: |)(error|warning|note|remark): ")
+
+
+def errors_first(text: str) -> str:
+    """A tool's diagnostics with the errors (and their notes) first, then
+    the warnings, so that the reason for a failure is not buried under
+    warnings printed before it."""
+    diagnostics: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        match = _DIAGNOSTIC.match(line)
+        if match or not diagnostics:
+            kind = match.group(1) if match else "other"
+            # A note belongs to the diagnostic before it.
+            if kind == "note" and diagnostics:
+                diagnostics[-1][1].append(line)
+                continue
+            diagnostics.append((kind, [line]))
+        else:
+            diagnostics[-1][1].append(line)
+    errors = [lines for kind, lines in diagnostics if kind == "error"]
+    others = [lines for kind, lines in diagnostics if kind != "error"]
+    if not errors or not others:
+        return text
+    warnings = sum(1 for kind, _ in diagnostics if kind == "warning")
+    parts = ["\n".join(lines) for lines in errors]
+    parts.append(f"({warnings} warning{'s' if warnings != 1 else ''} before the error:)")
+    parts.extend("\n".join(lines) for lines in others)
+    return "\n".join(parts)
 
 
 def propagate(ir_text: str, extra: Optional[Sequence[str]] = None, allow_unregistered: bool = False) -> str:
