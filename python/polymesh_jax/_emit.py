@@ -461,7 +461,7 @@ class FunctionEmitter:
 _ANY_DTYPE = {
     "func.call", "stablehlo.optimization_barrier", "sdy.sharding_constraint", "sdy.reshard",
     "stablehlo.reshape", "stablehlo.transpose", "stablehlo.broadcast_in_dim", "stablehlo.slice",
-    "stablehlo.concatenate",
+    "stablehlo.concatenate", "stablehlo.reverse",
 }
 
 
@@ -766,6 +766,31 @@ def transpose(e: FunctionEmitter, x: str, src: TensorType, perm: Sequence[int]) 
     name = e.fresh()
     e.emit(f"{name} = linalg.transpose ins({x} : {src}) outs({init} : {out_type}) permutation = [{', '.join(str(p) for p in perm)}]")
     return name, out_type
+
+
+@handles("stablehlo.reverse")
+def _reverse(e: FunctionEmitter, op: ir.Operation):
+    # A linalg.generic that reads `n - 1 - i` along each reversed dimension:
+    # a dimension indexed so has no factor (it is replicated), the others
+    # keep their sharding.
+    t = TensorType(str(op.results[0].type))
+    dims = set(_i64s(op.attributes["dimensions"]))
+    x = e.value(op.operands[0])
+    dims = {d for d in dims if t.shape[d] > 1}
+    if not dims:
+        return [x]
+    loops = ", ".join(f"d{i}" for i in range(t.rank))
+    reads = ", ".join(f"-d{i} + {t.shape[i] - 1}" if i in dims else f"d{i}" for i in range(t.rank))
+    iterators = ", ".join(['"parallel"'] * t.rank)
+    init = e.empty(str(t))
+    name = e.fresh()
+    e.emit(f"{name} = linalg.generic {{indexing_maps = [affine_map<({loops}) -> ({reads})>, "
+           f"affine_map<({loops}) -> ({loops})>], iterator_types = [{iterators}]}} "
+           f"ins({x} : {t}) outs({init} : {t}) {{")
+    e.cont(f"^bb0(%in: {t.elem}, %out: {t.elem}):")
+    e.cont(f"  linalg.yield %in : {t.elem}")
+    e.cont(f"}} -> {t}")
+    return [name]
 
 
 @handles("stablehlo.transpose")

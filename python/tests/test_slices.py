@@ -1,6 +1,6 @@
 """Programs that slice, pad, concatenate and update in place (issue 15):
 a KV-cache decode step, token shift with pad, feature concatenation, a
-static row and its gradient. Each exports with no opaque op, propagates
+static row and its gradient, a bidirectional layer (reverse). Each exports with no opaque op, propagates
 without computing a sharded op replicated, resolves leaves at least as
 sharded as JAX's own compilation, computes JAX's values and passes
 polymesh-run --verify."""
@@ -54,6 +54,14 @@ def static_row_grad(w, x):
     return jax.grad(lambda w: jnp.sum(jnp.tanh(w[1] * x)))(w)
 
 
+def bidirectional_features(x, w):
+    """A bidirectional layer's two directions: the sequence read forwards
+    and reversed (lax.rev), projected and the backward one flipped back."""
+    forward = jnp.tanh(x @ w)
+    backward = jnp.flip(jnp.tanh(jnp.flip(x, axis=1) @ w), axis=1)
+    return forward + backward
+
+
 def cases(devices):
     data, model = (2, 4) if devices == 8 else (4, 8)
     mesh = auto_mesh((data, model), ("data", "model"))
@@ -73,6 +81,8 @@ def cases(devices):
             put((3 * model,), P("model")))),
         "window": (window, (put((batch, 64, 12), P("data")), jnp.int32(30))),
         "static_row_grad": (static_row_grad, (put((6, 5 * model), P(None, "model")), put((5 * model,), P("model")))),
+        "bidirectional_features": (bidirectional_features, (
+            put((batch, 20, 16), P("data")), put((16, 2 * model), P(None, "model")))),
     }
 
 
@@ -84,13 +94,14 @@ def propagate_warnings(text: str) -> str:
 
 
 @pytest.mark.parametrize("devices", [8, 32])
-@pytest.mark.parametrize("name", ["decode_step", "token_shift_mix", "window", "static_row_grad"])
+@pytest.mark.parametrize("name", ["decode_step", "token_shift_mix", "window", "static_row_grad",
+                                  "bidirectional_features"])
 def test_slice_programs(name, devices):
     fn, args = cases(devices)[name]
     program = pj.export_program(fn, args)
     assert program.opaque_ops == [], program.opaque_ops
     warnings = propagate_warnings(program.text)
-    for op in ("tensor.extract_slice", "tensor.insert_slice", "tensor.pad", "tensor.concat"):
+    for op in ("tensor.extract_slice", "tensor.insert_slice", "tensor.pad", "tensor.concat", "linalg.generic"):
         assert f"no sharding rule for '{op}'" not in warnings, warnings
     # At least as sharded as JAX's own compilation, leaf by leaf.
     resolution = pj.resolve(fn, args)
