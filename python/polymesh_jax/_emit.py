@@ -946,7 +946,7 @@ _COMBINERS = {
 def _reduce(e: FunctionEmitter, op: ir.Operation):
     where = describe_location(op.location, op)
     if len(op.results) != 1:
-        raise UnmappedOpError(op.name, where, f"a reduction of {len(op.results)} values at once")
+        return _reduce_several(e, op, where)
     x_value, init_value = op.operands
     xt = TensorType(str(x_value.type))
     ot = TensorType(str(op.results[0].type))
@@ -968,6 +968,89 @@ def _reduce(e: FunctionEmitter, op: ir.Operation):
     e.cont(f"    linalg.yield %r : {ot.elem}")
     e.cont("  }")
     return [name]
+
+
+def _scalar_body(block: ir.Block, names: dict, where: str) -> tuple[list[str], list[str]]:
+    """A reduction body on 0-d tensors as scalar `arith` statements, the
+    block's arguments named by `names`; returns the statements and the
+    names of the returned scalars. Compares, selects, the binary ops and
+    splat constants: what JAX's argmax/argmin and multi-value reductions
+    write."""
+    lines: list[str] = []
+    counter = 0
+
+    def fresh() -> str:
+        nonlocal counter
+        counter += 1
+        return f"%s{counter}"
+
+    for operation in block.operations:
+        op = operation.operation
+        if op.name == "stablehlo.return":
+            return lines, [names[v] for v in op.operands]
+        if any(TensorType(str(v.type)).rank for v in list(op.operands) + list(op.results)):
+            raise UnmappedOpError(op.name, where, "a reduction body op on a tensor of rank > 0")
+        t = TensorType(str(op.results[0].type))
+        out = fresh()
+        args = [names[v] for v in op.operands]
+        if op.name == "stablehlo.constant":
+            value = FunctionEmitter.splat_value(str(op.attributes["value"]))
+            lines.append(f"{out} = arith.constant {value}" + ("" if t.elem == "i1" else f" : {t.elem}"))
+        elif op.name == "stablehlo.compare":
+            direction = re.search(r"comparison_direction\s+(\w+)", str(op.attributes["comparison_direction"])).group(1)
+            kind = re.search(r"comparison_type\s+(\w+)", str(op.attributes["compare_type"])).group(1) \
+                if "compare_type" in op.attributes else "FLOAT"
+            src = TensorType(str(op.operands[0].type))
+            if src.is_float and kind != "TOTALORDER":
+                lines.append(f"{out} = arith.cmpf {_CMP_FLOAT[direction]}, {args[0]}, {args[1]} : {src.elem}")
+            elif src.is_int:
+                table = _CMP_UNSIGNED if (kind == "UNSIGNED" or src.elem == "i1") else _CMP_SIGNED
+                lines.append(f"{out} = arith.cmpi {table[direction]}, {args[0]}, {args[1]} : {src.elem}")
+            else:
+                raise UnmappedOpError(op.name, where, f"a {kind} comparison of {src.elem} in a reduction body")
+        elif op.name == "stablehlo.select":
+            lines.append(f"{out} = arith.select {args[0]}, {args[1]}, {args[2]} : {t.elem}")
+        elif op.name in _BINARY or op.name in _COMBINERS:
+            table = _BINARY.get(op.name) or _COMBINERS[op.name]
+            chosen = table[0] if t.is_float else table[2] if t.elem == "i1" else table[1]
+            if chosen is None:
+                raise UnmappedOpError(op.name, where, f"on {t.elem} in a reduction body")
+            lines.append(f"{out} = {chosen} {args[0]}, {args[1]} : {t.elem}")
+        else:
+            raise UnmappedOpError(op.name, where, "in a reduction body")
+        names[op.results[0]] = out
+    raise ExportError("internal error: a reduction body without a return")
+
+
+def _reduce_several(e: FunctionEmitter, op: ir.Operation, where: str):
+    """A reduction of N values at once (argmax: values and their indices):
+    one `linalg.reduce` with N inputs and N accumulators, its body the
+    StableHLO reducer as scalar code. XLA calls the reducer with the
+    accumulators first, then the elements."""
+    n = len(op.results)
+    inputs, inits = list(op.operands[:n]), list(op.operands[n:])
+    input_types = [TensorType(str(v.type)) for v in inputs]
+    result_types = [TensorType(str(r.type)) for r in op.results]
+    dims = sorted(_i64s(op.attributes["dimensions"]))
+    accs = [e.filled(str(t), _scalar_of(e, init, t.elem), t.elem) for init, t in zip(inits, result_types)]
+    xs = [e.value(v) for v in inputs]
+    block = op.regions[0].blocks[0]
+    arguments = list(block.arguments)
+    names = {arg: f"%init{k}" for k, arg in enumerate(arguments[:n])}
+    names.update({arg: f"%in{k}" for k, arg in enumerate(arguments[n:])})
+    lines, returned = _scalar_body(block, names, where)
+    name = e.fresh()
+    e.emit(f"{name}:{n} = linalg.reduce ins({', '.join(xs)} : {', '.join(str(t) for t in input_types)}) "
+           f"outs({', '.join(accs)} : {', '.join(str(t) for t in result_types)}) "
+           f"dimensions = [{', '.join(str(d) for d in dims)}]")
+    block_args = [f"%in{k}: {t.elem}" for k, t in enumerate(input_types)]
+    block_args += [f"%init{k}: {t.elem}" for k, t in enumerate(result_types)]
+    e.cont(f"  ({', '.join(block_args)}) {{")
+    for line in lines:
+        e.cont(f"    {line}")
+    e.cont(f"    linalg.yield {', '.join(returned)} : {', '.join(t.elem for t in result_types)}")
+    e.cont("  }")
+    return [f"{name}#{k}" for k in range(n)]
 
 
 @handles("sdy.sharding_constraint")

@@ -177,3 +177,29 @@ def test_exact_gelu_exports_runs_and_verifies():
     process = polymesh_run(program.text, "--verify")
     assert process.returncode == 0, process.stdout + process.stderr
     assert "1 passed, 0 failed" in process.stdout
+
+
+def accuracy_and_top_score(w, x, labels):
+    """A classifier's evaluation: argmax over the logits (a reduction of
+    values and indices at once), accuracy, and the argmin over the batch."""
+    logits = x @ w
+    predicted = jnp.argmax(logits, axis=-1)
+    return {"accuracy": jnp.mean((predicted == labels).astype(jnp.float32)),
+            "predicted": predicted, "hardest": jnp.argmin(logits, axis=0)}
+
+
+@pytest.mark.parametrize("devices", [8, 32])
+def test_argmax_exports_runs_and_verifies(devices):
+    m = mesh if devices == 8 else jax.make_mesh((4, 8), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    classes = 8 * m.shape["model"]
+    w = jax.device_put(jnp.zeros((32, classes)), NamedSharding(m, P(None, "model")))
+    x = jax.device_put(jnp.zeros((4 * m.shape["data"], 32)), NamedSharding(m, P("data")))
+    labels = jax.device_put(jnp.zeros((4 * m.shape["data"],), jnp.int32), NamedSharding(m, P("data")))
+    program = pj.export_program(accuracy_and_top_score, (w, x, labels))
+    assert "linalg.reduce ins(" in program.text and program.opaque_ops == []
+    check_reference_matches_jax(accuracy_and_top_score, (w, x, labels), rtol=1e-5)
+    process = polymesh_run(program.text, "--verify")
+    assert process.returncode == 0, process.stdout + process.stderr
+    assert "1 passed, 0 failed" in process.stdout
+    # The batch split survives the argmax over the classes.
+    assert pj.resolve_out_shardings(accuracy_and_top_score, w, x, labels)["predicted"].spec == P("data")
