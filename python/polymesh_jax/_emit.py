@@ -98,6 +98,25 @@ def describe_location(location: ir.Location, op: Optional[ir.Operation] = None) 
 # Element types the emitted arithmetic supports.
 _FLOAT_TYPES = {"f16", "bf16", "f32", "f64"}
 _INT_TYPES = {"i1", "i8", "i16", "i32", "i64"}
+_UNSIGNED_TYPES = {"ui8", "ui16", "ui32", "ui64"}
+
+# The arith ops that read their integers as unsigned, for those that read
+# them as signed.
+_UNSIGNED_OPS = {
+    "arith.divsi": "arith.divui", "arith.remsi": "arith.remui", "arith.maxsi": "arith.maxui",
+    "arith.minsi": "arith.minui", "arith.sitofp": "arith.uitofp", "arith.fptosi": "arith.fptoui",
+    "arith.extsi": "arith.extui",
+}
+
+# An unsigned element type outside a string literal.
+_UNSIGNED_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|(?<![A-Za-wyz0-9_.%#@$])ui(\d+)\b')
+
+
+def signless_text(line: str) -> str:
+    """`line` with every unsigned element type written signless (`ui32` ->
+    `i32`): arith computes on signless integers, and the ops the bridge
+    picks for an unsigned type read them as unsigned."""
+    return _UNSIGNED_TOKEN.sub(lambda m: m.group(0) if m.group(1) is None else f"i{m.group(1)}", line)
 
 # MLIR element types by the name NumPy and JAX give them.
 _DTYPE_NAMES = {
@@ -121,11 +140,8 @@ def dtype_name(elem: str) -> str:
 
 
 def _supported_dtypes() -> str:
-    return ", ".join(dtype_name(e) for e in sorted(_FLOAT_TYPES) + sorted(_INT_TYPES, key=_bitwidth_of_int))
-
-
-def _bitwidth_of_int(elem: str) -> int:
-    return int(elem[1:])
+    ints = sorted(_INT_TYPES, key=_bitwidth) + sorted(_UNSIGNED_TYPES, key=_bitwidth)
+    return ", ".join(dtype_name(e) for e in sorted(_FLOAT_TYPES) + ints)
 
 
 class UnsupportedDtypeError(UnmappedOpError):
@@ -165,7 +181,13 @@ class TensorType:
 
     @property
     def is_int(self) -> bool:
-        return self.elem in _INT_TYPES
+        return self.elem in _INT_TYPES or self.elem in _UNSIGNED_TYPES
+
+    @property
+    def is_unsigned(self) -> bool:
+        """`ui32` and the like: written signless (`i32`) with the unsigned
+        arith ops (signless_text)."""
+        return self.elem in _UNSIGNED_TYPES
 
     def with_shape(self, shape: Sequence[int]) -> str:
         return tensor_type(shape, self.elem)
@@ -186,7 +208,7 @@ def _i64s(attr: ir.Attribute) -> list[int]:
 
 
 def _bitwidth(elem: str) -> int:
-    return {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}.get(elem, 0) or int(elem[1:])
+    return {"f16": 16, "bf16": 16, "f32": 32, "f64": 64}.get(elem, 0) or int(elem.lstrip("u")[1:])
 
 
 def reassociation(source: Sequence[int], target: Sequence[int]) -> Optional[tuple[list[list[int]], list[list[int]], list[int]]]:
@@ -535,7 +557,7 @@ def _pick(table_entry, t: TensorType, op: ir.Operation) -> str:
     chosen = float_op if t.is_float else bool_op if t.elem == "i1" else int_op if t.is_int else None
     if chosen is None:
         raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
-    return chosen
+    return _UNSIGNED_OPS.get(chosen, chosen) if t.is_unsigned else chosen
 
 
 @handles(*_BINARY)
@@ -678,14 +700,15 @@ def _convert(e: FunctionEmitter, op: ir.Operation):
         mid = cast("arith.extf", x, str(src), wide)
         return [cast("arith.truncf", mid, wide, str(dst))]
     if src.is_int and dst.is_float:
-        return [cast("arith.uitofp" if src.elem == "i1" else "arith.sitofp", x, str(src), str(dst))]
+        unsigned = src.elem == "i1" or src.is_unsigned
+        return [cast("arith.uitofp" if unsigned else "arith.sitofp", x, str(src), str(dst))]
     if src.is_float and dst.is_int:
         if dst.elem == "i1":
             zero = e.splat_constant("0.0", str(src))
             name = e.fresh()
             e.emit(f"{name} = arith.cmpf une, {x}, {zero} : {src}")
             return [name]
-        return [cast("arith.fptosi", x, str(src), str(dst))]
+        return [cast("arith.fptoui" if dst.is_unsigned else "arith.fptosi", x, str(src), str(dst))]
     if src.is_int and dst.is_int:
         if dst.elem == "i1":
             zero = e.splat_constant("0", str(src))
@@ -693,8 +716,11 @@ def _convert(e: FunctionEmitter, op: ir.Operation):
             e.emit(f"{name} = arith.cmpi ne, {x}, {zero} : {src}")
             return [name]
         sb, db = _bitwidth(src.elem), _bitwidth(dst.elem)
+        if sb == db:  # uint32 <-> int32: the same bits
+            return [x]
         if sb < db:
-            return [cast("arith.extui" if src.elem == "i1" else "arith.extsi", x, str(src), str(dst))]
+            unsigned = src.elem == "i1" or src.is_unsigned
+            return [cast("arith.extui" if unsigned else "arith.extsi", x, str(src), str(dst))]
         return [cast("arith.trunci", x, str(src), str(dst))]
     raise UnmappedOpError(op.name, where, f"from {src.elem} to {dst.elem}")
 
@@ -766,6 +792,54 @@ def transpose(e: FunctionEmitter, x: str, src: TensorType, perm: Sequence[int]) 
     name = e.fresh()
     e.emit(f"{name} = linalg.transpose ins({x} : {src}) outs({init} : {out_type}) permutation = [{', '.join(str(p) for p in perm)}]")
     return name, out_type
+
+
+@handles("stablehlo.shift_left", "stablehlo.shift_right_logical", "stablehlo.shift_right_arithmetic")
+def _shift(e: FunctionEmitter, op: ir.Operation):
+    # StableHLO defines shifts by the bit width or more (0, or the sign for
+    # an arithmetic right shift); arith's are poison there, so the amount
+    # is checked.
+    t = TensorType(str(op.results[0].type))
+    if not t.is_int or t.elem == "i1":
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
+    x, amount = (e.value(v) for v in op.operands)
+    width = e.splat_constant(str(_bitwidth(t.elem)), str(t))
+    name = e.fresh()
+    if op.name == "stablehlo.shift_right_arithmetic":
+        last = e.splat_constant(str(_bitwidth(t.elem) - 1), str(t))
+        clamped = e.fresh()
+        e.emit(f"{clamped} = arith.minui {amount}, {last} : {t}")
+        e.emit(f"{name} = arith.shrsi {x}, {clamped} : {t}")
+        return [name]
+    arith_op = "arith.shli" if op.name == "stablehlo.shift_left" else "arith.shrui"
+    shifted, big = e.fresh(), e.fresh()
+    e.emit(f"{shifted} = {arith_op} {x}, {amount} : {t}")
+    e.emit(f"{big} = arith.cmpi uge, {amount}, {width} : {t}")
+    zero = e.splat_constant("0", str(t))
+    e.emit(f"{name} = arith.select {big}, {zero}, {shifted} : {tensor_type(t.shape, 'i1')}, {t}")
+    return [name]
+
+
+@handles("stablehlo.bitcast_convert")
+def _bitcast(e: FunctionEmitter, op: ir.Operation):
+    src = TensorType(str(op.operands[0].type))
+    dst = TensorType(str(op.results[0].type))
+    x = e.value(op.operands[0])
+    if src.shape != dst.shape or _bitwidth(src.elem) != _bitwidth(dst.elem):
+        raise UnmappedOpError(op.name, describe_location(op.location, op), "between element types of other widths")
+    if signless_text(src.elem) == signless_text(dst.elem):
+        return [x]
+    name = e.fresh()
+    e.emit(f"{name} = arith.bitcast {x} : {src} to {dst}")
+    return [name]
+
+
+@handles("stablehlo.popcnt")
+def _popcnt(e: FunctionEmitter, op: ir.Operation):
+    t = TensorType(str(op.results[0].type))
+    name = e.fresh()
+    e.emit(f"{name} = math.ctpop {e.value(op.operands[0])} : {t}")
+    return [name]
 
 
 @handles("stablehlo.reverse")
@@ -1013,6 +1087,8 @@ def _scalar_body(block: ir.Block, names: dict, where: str) -> tuple[list[str], l
         elif op.name in _BINARY or op.name in _COMBINERS:
             table = _BINARY.get(op.name) or _COMBINERS[op.name]
             chosen = table[0] if t.is_float else table[2] if t.elem == "i1" else table[1]
+            if chosen is not None and t.is_unsigned:
+                chosen = _UNSIGNED_OPS.get(chosen, chosen)
             if chosen is None:
                 raise UnmappedOpError(op.name, where, f"on {t.elem} in a reduction body")
             lines.append(f"{out} = {chosen} {args[0]}, {args[1]} : {t.elem}")

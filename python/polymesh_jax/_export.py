@@ -15,7 +15,7 @@ from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 from jaxlib.mlir import ir
 
 from ._attrs import MeshDef, Sharding, _quote, parse_mesh, symbol_text
-from ._emit import ExportError, FunctionEmitter, TensorType, caller_site, export_site
+from ._emit import ExportError, FunctionEmitter, TensorType, caller_site, export_site, signless_text
 from ._meshes import MeshTable, ShardingError, mesh_of_jax
 
 # The axis that marks each mesh when JAX cannot lower the function as is
@@ -576,7 +576,7 @@ def _write(lowered: _Lowered, table: MeshTable, name: str, arguments: list[Leaf]
     else:
         lines.append("  return")
     lines.append("}")
-    return "\n".join(line for line in lines if line) + "\n", list(emitter.opaque)
+    return "\n".join(signless_text(line) for line in lines if line) + "\n", list(emitter.opaque)
 
 
 def export(fn: Callable, *args: Any, **kwargs: Any) -> str:

@@ -56,6 +56,10 @@ def fill(shape, dtype, stream: int) -> np.ndarray:
     g = np.arange(count, dtype=np.uint64)
     h = ((g + np.uint64(1000003 * stream)) * np.uint64(2654435761)) & np.uint64(0xFFFFFFFF)
     dtype = np.dtype(dtype)
+    if dtype.kind == "u":
+        # The bridge writes unsigned types signless: polymesh-run fills them
+        # as the signed type of their width, and the bits are the same.
+        return fill(shape, np.dtype(f"int{dtype.itemsize * 8}"), stream).view(dtype)
     if dtype in (np.float32, np.float64):
         values = (h >> np.uint64(22)).astype(np.float64) / 64 - 8
     elif dtype.name in ("float16", "bfloat16"):

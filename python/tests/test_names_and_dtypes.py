@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 import polymesh_jax as pj
-from helpers import polymesh_run
+from helpers import check_reference_matches_jax, polymesh_run
 
 ODD_AXES = ('q"uote', "back\\slash", "new\nline", "café")
 
@@ -81,9 +81,8 @@ def to_float8(x):
 @pytest.mark.parametrize("fn, arg_dtype, dtype, marker", [
     # The `1` of `x + 1` is a constant that JAX hoists: its own location is
     # the bridge's lowering call, so the error names the line that uses it.
-    (add_one, np.uint8, "uint8", "add_one's line"),
     (add_one, np.complex64, "complex64", "add_one's line"),
-    (add_one, np.uint32, "uint32", "add_one's line"),
+    (add_one, jnp.float8_e5m2, "float8_e5m2", "add_one's line"),
     (complex_scale, np.float32, "complex64", "complex_scale's line"),
     (to_float8, np.float32, "float8_e4m3fn", "to_float8's line"),
 ])
@@ -94,7 +93,8 @@ def test_unsupported_dtypes_are_named_at_the_users_line(fn, arg_dtype, dtype, ma
     assert message.startswith(f"dtype {dtype} is not supported by the bridge (in 'stablehlo."), message
     assert f"test_names_and_dtypes.py:{_line_of(marker)}:" in message, message
     assert "polymesh_jax" not in message and "static-shaped" not in message, message
-    assert message.endswith("it maps bfloat16, float16, float32, float64, bool, int8, int16, int32, int64")
+    assert message.endswith("it maps bfloat16, float16, float32, float64, bool, int8, int16, int32, int64, "
+                            "uint8, uint16, uint32, uint64")
 
 
 def test_dynamic_shapes_are_still_called_so():
@@ -103,3 +103,28 @@ def test_dynamic_shapes_are_still_called_so():
         TensorType("tensor<?x4xf32>")
     assert TensorType("tensor<8x4xcomplex<f32>>").elem == "complex<f32>"
     assert TensorType("tensor<f8E4M3FN>").shape == ()
+
+
+def hash_buckets(img, ids):
+    """Unsigned integers as image bytes and hashed ids: written signless,
+    computed with the unsigned arith ops (divui, remui, shrui, maxui, uitofp)."""
+    x = img.astype(jnp.float32) / 255.0
+    h = ids ^ (ids >> 16)
+    h = h * jnp.uint32(0x45D9F3B)
+    h = h ^ (h << 5)
+    unit = jax.lax.bitcast_convert_type((h >> 9) | jnp.uint32(0x3F800000), jnp.float32) - 1.0
+    return {"x": x, "bucket": (h % jnp.uint32(7)).astype(jnp.int32), "unit": unit,
+            "bright": jnp.maximum(img, jnp.uint8(200)).astype(jnp.int32), "half": (ids // jnp.uint32(2)).astype(jnp.float32)}
+
+
+def test_unsigned_integers_export_run_and_verify():
+    img = jax.device_put(np.zeros((8, 16), np.uint8), NamedSharding(mesh, P("data", "model")))
+    ids = jax.device_put(np.zeros((8, 16), np.uint32), NamedSharding(mesh, P("data", "model")))
+    program = pj.export_program(hash_buckets, (img, ids))
+    assert program.opaque_ops == [] and "ui32" not in program.text and "ui8" not in program.text
+    for op in ("arith.shrui", "arith.remui", "arith.maxui", "arith.uitofp", "arith.bitcast"):
+        assert op in program.text, op
+    check_reference_matches_jax(hash_buckets, (img, ids), rtol=1e-6)
+    process = polymesh_run(program.text, "--verify")
+    assert process.returncode == 0, process.stdout + process.stderr
+    assert "1 passed, 0 failed" in process.stdout
