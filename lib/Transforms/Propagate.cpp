@@ -16,6 +16,7 @@
 #include "polymesh/Transforms/Passes.h"
 #include "polymesh/Transforms/ShardingRules.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -664,9 +665,13 @@ void FunctionPropagator::splitConcatLeaves() {
       concats.push_back(concat);
   for (tensor::ConcatOp concat : concats) {
     ShardingAttr result = lookup(concat.getResult());
+    // Only returned, and to results that declare no sharding of their own
+    // (finalization moves those to the declared one anyway).
     if (!result || !result.getUnreduced().empty() ||
-        !llvm::all_of(concat->getUsers(), [](Operation *user) {
-          return user->hasTrait<OpTrait::IsTerminator>();
+        !llvm::all_of(concat->getUses(), [&](OpOperand &use) {
+          return isa<func::ReturnOp>(use.getOwner()) &&
+                 !function.getResultAttr(use.getOperandNumber(),
+                                         PolymeshDialect::kShardingAttrName);
         }))
       continue;
     int64_t rank = concat.getResultType().getRank();

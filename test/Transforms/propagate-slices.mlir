@@ -165,6 +165,19 @@ func.func @concat_used_stays_whole(%a: tensor<4x6xf32> {polymesh.sharding = #pol
   return %1 : tensor<4x12xf32>
 }
 
+// A result that declares its sharding is moved there by finalization: no
+// slice first.
+// CHECK-LABEL: func.func @concat_declared_result
+// CHECK: %[[C:.*]] = tensor.concat
+// CHECK-NEXT: %[[R:.*]] = polymesh.reshard %[[C]] <@m, [{}, {}]>
+// CHECK-NEXT: return %[[R]]
+func.func @concat_declared_result(%a: tensor<4x6xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {"y"}]>},
+                                  %b: tensor<4x6xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {"y"}]>})
+    -> (tensor<4x12xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>}) {
+  %0 = tensor.concat dim(1) %a, %b : (tensor<4x6xf32>, tensor<4x6xf32>) -> tensor<4x12xf32>
+  return %0 : tensor<4x12xf32>
+}
+
 // -----
 
 polymesh.mesh @r = <["z"=4], device_ids=[7, 5, 3, 1]>
