@@ -29,6 +29,13 @@ def polymesh_run(text: str, *options: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+def assert_verifies(text: str) -> None:
+    """polymesh-run --verify passes on the one function of `text`."""
+    process = polymesh_run(text, "--verify")
+    assert process.returncode == 0, process.stdout + process.stderr
+    assert "1 passed, 0 failed" in process.stdout, process.stdout
+
+
 _RESULT = re.compile(r'^\s*result #(\d+)(?: \(leaf "(.*)"\))?: (\S+) \[(.*)\]\s*$')
 
 

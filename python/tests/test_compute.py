@@ -9,7 +9,7 @@ import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 import polymesh_jax as pj
-from helpers import check_reference_matches_jax, polymesh_run
+from helpers import assert_verifies, check_reference_matches_jax, polymesh_run
 
 mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
 
@@ -174,9 +174,7 @@ def test_exact_gelu_exports_runs_and_verifies():
     program = pj.export_program(exact_gelu_mlp, (w1, w2, x))
     assert "math.erfc" in program.text and program.opaque_ops == []
     check_reference_matches_jax(exact_gelu_mlp, (w1, w2, x), rtol=1e-4)
-    process = polymesh_run(program.text, "--verify")
-    assert process.returncode == 0, process.stdout + process.stderr
-    assert "1 passed, 0 failed" in process.stdout
+    assert_verifies(program.text)
 
 
 def accuracy_and_top_score(w, x, labels):
@@ -198,8 +196,6 @@ def test_argmax_exports_runs_and_verifies(devices):
     program = pj.export_program(accuracy_and_top_score, (w, x, labels))
     assert "linalg.reduce ins(" in program.text and program.opaque_ops == []
     check_reference_matches_jax(accuracy_and_top_score, (w, x, labels), rtol=1e-5)
-    process = polymesh_run(program.text, "--verify")
-    assert process.returncode == 0, process.stdout + process.stderr
-    assert "1 passed, 0 failed" in process.stdout
+    assert_verifies(program.text)
     # The batch split survives the argmax over the classes.
     assert pj.resolve_out_shardings(accuracy_and_top_score, w, x, labels)["predicted"].spec == P("data")

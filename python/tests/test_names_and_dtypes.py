@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 import polymesh_jax as pj
-from helpers import check_reference_matches_jax, polymesh_run
+from helpers import assert_verifies, check_reference_matches_jax
 
 ODD_AXES = ('q"uote', "back\\slash", "new\nline", "café")
 
@@ -38,9 +38,7 @@ def test_odd_axis_and_mesh_names_round_trip_through_polymesh_opt():
     signature = pj._attrs.parse_functions(propagated)[program.function_name]
     assert signature.arguments[0].sharding().dims[1].axes == (pj._attrs.AxisRef(ODD_AXES[2]),
                                                             pj._attrs.AxisRef(ODD_AXES[1]))
-    process = polymesh_run(program.text, "--verify")
-    assert process.returncode == 0, process.stdout + process.stderr
-    assert "1 passed, 0 failed" in process.stdout
+    assert_verifies(program.text)
 
 
 def test_non_string_axis_names_are_refused():
@@ -125,6 +123,4 @@ def test_unsigned_integers_export_run_and_verify():
     for op in ("arith.shrui", "arith.remui", "arith.maxui", "arith.uitofp", "arith.bitcast"):
         assert op in program.text, op
     check_reference_matches_jax(hash_buckets, (img, ids), rtol=1e-6)
-    process = polymesh_run(program.text, "--verify")
-    assert process.returncode == 0, process.stdout + process.stderr
-    assert "1 passed, 0 failed" in process.stdout
+    assert_verifies(program.text)

@@ -15,7 +15,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import polymesh_jax as pj
-from helpers import check_reference_matches_jax, polymesh_run
+from helpers import assert_verifies, check_reference_matches_jax
 
 
 def auto_mesh(shape, names):
@@ -116,9 +116,7 @@ def test_slice_programs(name, devices):
         assert ours.num_devices == jax_sharding.num_devices
         assert _tile(ours, extents) <= _tile(jax_sharding, extents), (leaf, ours, jax_sharding)
     check_reference_matches_jax(fn, args)
-    process = polymesh_run(program.text, "--verify")
-    assert process.returncode == 0, process.stdout + process.stderr
-    assert "1 passed, 0 failed" in process.stdout, process.stdout
+    assert_verifies(program.text)
 
 
 def _tile(sharding, shape) -> int:
