@@ -209,10 +209,10 @@ void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
+  pm.addPass(std::make_unique<DropEmptyConcatOperandsPass>());
   // Right before bufferization: the TOSA and elementwise passes above fold
   // `x op x` into `x` (max, min, and, or), which can make a value returned
   // twice only now.
-  pm.addPass(std::make_unique<DropEmptyConcatOperandsPass>());
   pm.addPass(std::make_unique<DistinctResultsPass>());
   pm.addPass(std::make_unique<ConstantGlobalsPass>(bufferize.bufferAlignment));
   pm.addPass(bufferization::createOneShotBufferizePass(bufferize));

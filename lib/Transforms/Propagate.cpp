@@ -109,6 +109,13 @@ private:
     return isa<RankedTensorType>(value.getType());
   }
   ShardingAttr lookup(Value value) const { return known.lookup(value); }
+  /// Places an unplaced `value` replicated on `meshName`.
+  bool placeReplicated(Value value, FlatSymbolRefAttr meshName) {
+    return assign(value,
+                  ShardingAttr::getReplicated(
+                      value.getContext(), meshName,
+                      cast<RankedTensorType>(value.getType()).getRank()));
+  }
   bool assign(Value value, ShardingAttr sharding) {
     // Rules read one dimension sharding per tensor dimension.
     sharding =
@@ -146,6 +153,7 @@ private:
   bool resolve(Operation *op);
   bool resolveWithoutRule(Operation *op);
   bool applyAmbient(bool &failedOut);
+  FlatSymbolRefAttr meshOfReshardUses(Value value);
   FlatSymbolRefAttr meshOfScalarReaders(Value value);
   void splitConcatLeaves();
   LogicalResult finalize();
@@ -475,10 +483,7 @@ bool FunctionPropagator::propagateElementwise(Operation *op,
         return false;
       continue;
     }
-    changed |=
-        assign(value, ShardingAttr::getReplicated(
-                          op->getContext(), common.getMeshName(),
-                          cast<RankedTensorType>(value.getType()).getRank()));
+    changed |= placeReplicated(value, common.getMeshName());
   }
   settled.insert(op);
   return changed;
@@ -679,42 +684,45 @@ void FunctionPropagator::splitConcatLeaves() {
     ShardingAttr whole = result.withRank(rank);
     if (!whole.getDims()[dim].getAxes().empty())
       continue;
-    // What each operand was before propagation gathered it.
-    std::optional<SmallVector<AxisRefAttr>> axes;
+    // What each operand was before propagation gathered it: all split
+    // along the dim by the same axes, on the result's mesh.
+    SmallVector<AxisRefAttr> axes;
+    bool agree = true;
     for (Value input : concat.getInputs()) {
       if (auto gather = input.getDefiningOp<ReshardOp>())
         input = gather.getInput();
       ShardingAttr sharding = lookup(input);
-      if (!sharding || sharding.getMeshName() != whole.getMeshName() ||
-          !sharding.getUnreduced().empty()) {
-        axes = SmallVector<AxisRefAttr>();
+      agree = sharding && sharding.getMeshName() == whole.getMeshName() &&
+              sharding.getUnreduced().empty();
+      if (!agree)
         break;
-      }
       ArrayRef<AxisRefAttr> inputAxes =
           sharding.withRank(rank).getDims()[dim].getAxes();
-      if (axes && ArrayRef<AxisRefAttr>(*axes) != inputAxes) {
-        axes = SmallVector<AxisRefAttr>();
+      // The first operand sets the axes (there must be some); the others
+      // must repeat them.
+      agree = axes.empty() ? !inputAxes.empty()
+                           : inputAxes == ArrayRef<AxisRefAttr>(axes);
+      if (!agree)
         break;
-      }
-      axes = SmallVector<AxisRefAttr>(inputAxes);
+      axes.assign(inputAxes.begin(), inputAxes.end());
     }
-    if (!axes || axes->empty())
+    if (!agree)
       continue;
     // The axes must be free in the result's sharding.
-    auto usesAxis = [&](StringRef name) {
-      for (DimShardingAttr dimSharding : whole.getDims())
-        for (AxisRefAttr used : dimSharding.getAxes())
-          if (used.getName() == name)
-            return true;
-      return llvm::any_of(whole.getReplicated(), [&](AxisRefAttr replicated) {
-        return replicated.getName() == name;
-      });
+    auto used = [&](AxisRefAttr axis) {
+      auto named = [&](AxisRefAttr other) {
+        return other.getName() == axis.getName();
+      };
+      return llvm::any_of(whole.getDims(),
+                          [&](DimShardingAttr d) {
+                            return llvm::any_of(d.getAxes(), named);
+                          }) ||
+             llvm::any_of(whole.getReplicated(), named);
     };
-    if (llvm::any_of(
-            *axes, [&](AxisRefAttr axis) { return usesAxis(axis.getName()); }))
+    if (llvm::any_of(axes, used))
       continue;
     SmallVector<DimShardingAttr> dims(whole.getDims());
-    dims[dim] = DimShardingAttr::get(concat.getContext(), *axes,
+    dims[dim] = DimShardingAttr::get(concat.getContext(), axes,
                                      /*isClosed=*/true);
     insertReshardAfter(concat.getResult(),
                        ShardingAttr::get(concat.getContext(),
@@ -853,49 +861,24 @@ bool FunctionPropagator::applyAmbient(bool &failedOut) {
         PolymeshDialect::kAmbientMeshAttrName);
   if (ambient && getMesh(ambient)) {
     for (Value value : unplaced)
-      assign(value, ShardingAttr::getReplicated(
-                        value.getContext(), ambient,
-                        cast<RankedTensorType>(value.getType()).getRank()));
+      placeReplicated(value, ambient);
     return true;
   }
 
-  // As Shardy treats an unannotated value as replicated: a value whose every
-  // use reshards it onto one mesh is replicated there, so each reshard only
-  // slices. Values used anywhere else, or resharded onto several meshes,
-  // stay errors: nothing says which mesh holds them.
-  bool placedByReshards = false;
+  // Without one, a value's uses may still name its mesh (replicated there):
+  // every use a reshard onto one mesh, as Shardy treats an unannotated value
+  // as replicated, so each reshard only slices; or every use a scalar read
+  // by ops on one mesh. Values used otherwise stay errors: nothing says
+  // which mesh holds them.
+  bool placedByUses = false;
   for (Value value : unplaced) {
-    FlatSymbolRefAttr meshName;
-    bool agree = !value.use_empty();
-    for (Operation *user : value.getUsers()) {
-      auto reshard = dyn_cast<ReshardOp>(user);
-      if (!reshard ||
-          (meshName && reshard.getSharding().getMeshName() != meshName)) {
-        agree = false;
-        break;
-      }
-      meshName = reshard.getSharding().getMeshName();
-    }
-    if (agree && getMesh(meshName))
-      placedByReshards |=
-          assign(value, ShardingAttr::getReplicated(
-                            value.getContext(), meshName,
-                            cast<RankedTensorType>(value.getType()).getRank()));
+    FlatSymbolRefAttr meshName = meshOfReshardUses(value);
+    if (!meshName)
+      meshName = meshOfScalarReaders(value);
+    if (meshName)
+      placedByUses |= placeReplicated(value, meshName);
   }
-  if (placedByReshards)
-    return true;
-
-  // A tensor read only as scalars (`tensor.extract` of a pad value, a
-  // dynamic slice's start index) is needed on every device that computes
-  // with those scalars: replicated on their mesh, where it is one.
-  bool placedByReaders = false;
-  for (Value value : unplaced)
-    if (FlatSymbolRefAttr meshName = meshOfScalarReaders(value))
-      placedByReaders |=
-          assign(value, ShardingAttr::getReplicated(
-                            value.getContext(), meshName,
-                            cast<RankedTensorType>(value.getType()).getRank()));
-  if (placedByReaders)
+  if (placedByUses)
     return true;
 
   failedOut = true;
@@ -942,6 +925,20 @@ bool FunctionPropagator::applyAmbient(bool &failedOut) {
     }
   }
   return false;
+}
+
+/// The one mesh that every use of `value` reshards it onto; null when a use
+/// is not a reshard or the reshards name several meshes.
+FlatSymbolRefAttr FunctionPropagator::meshOfReshardUses(Value value) {
+  FlatSymbolRefAttr meshName;
+  for (Operation *user : value.getUsers()) {
+    auto reshard = dyn_cast<ReshardOp>(user);
+    if (!reshard ||
+        (meshName && reshard.getSharding().getMeshName() != meshName))
+      return {};
+    meshName = reshard.getSharding().getMeshName();
+  }
+  return meshName && getMesh(meshName) ? meshName : FlatSymbolRefAttr();
 }
 
 /// The one mesh of the placed tensor ops that read `value` through scalars

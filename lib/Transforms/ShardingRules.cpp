@@ -12,6 +12,7 @@
 #include "mlir/IR/AffineExpr.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/ViewLikeInterface.h"
 #include "llvm/ADT/Sequence.h"
 #include "llvm/ADT/SmallBitVector.h"
 
@@ -171,88 +172,85 @@ FactorRule reshapeRule(Value collapsedValue, Value expandedValue,
   return rule;
 }
 
-/// Ops that keep some dimensions of their source whole and change the
-/// others (slices, pads, concatenation): one factor per source dimension,
-/// which every tensor operand and result shares where the dimension is
-/// kept; a changed dimension has no factor, so it is replicated. `kept[d]`
-/// says whether source dimension d is kept, `resultDims` which source
-/// dimension each result dimension is (a rank-reducing slice drops some).
-FactorRule passThroughRule(Operation *op, RankedTensorType source,
-                           ArrayRef<bool> kept, ArrayRef<int64_t> resultDims) {
+/// Ops that keep some dimensions whole and change the others (slices,
+/// inserts, pads, concatenation): one factor per dimension of `shape` (the
+/// source's, the destination's or the result's), shared by every value
+/// where the dimension is kept; a changed dimension has no factor, so it is
+/// replicated. `values` lists each tensor value with the dimension of
+/// `shape` that each of its dimensions is (a rank-reducing slice drops
+/// some); the first `numOperands` are operands.
+FactorRule keptDimsRule(ArrayRef<int64_t> shape, ArrayRef<bool> kept,
+                        ArrayRef<std::pair<Value, SmallVector<int64_t>>> values,
+                        unsigned numOperands) {
   FactorRule rule;
-  addIdentityFactors(rule, source.getShape());
-  auto dimsOf = [&](ArrayRef<int64_t> sourceDims) {
-    SmallVector<SmallVector<unsigned>> dims;
-    for (int64_t d : sourceDims)
-      dims.push_back(kept[d] ? SmallVector<unsigned>{static_cast<unsigned>(d)}
-                             : SmallVector<unsigned>{});
-    return dims;
-  };
-  SmallVector<int64_t> allDims =
-      llvm::to_vector(llvm::seq<int64_t>(0, source.getRank()));
-  for (Value operand : op->getOperands()) {
-    if (!isa<RankedTensorType>(operand.getType()))
-      continue;
-    rule.values.push_back(dimsOf(allDims));
-    rule.tensorValues.push_back(operand);
+  addIdentityFactors(rule, shape);
+  for (const auto &[value, dims] : values) {
+    SmallVector<SmallVector<unsigned>> factors;
+    for (int64_t d : dims)
+      factors.push_back(kept[d]
+                            ? SmallVector<unsigned>{static_cast<unsigned>(d)}
+                            : SmallVector<unsigned>{});
+    rule.values.push_back(std::move(factors));
+    rule.tensorValues.push_back(value);
   }
-  rule.numOperands = rule.values.size();
-  rule.values.push_back(dimsOf(resultDims));
-  rule.tensorValues.push_back(op->getResult(0));
+  rule.numOperands = numOperands;
   return rule;
 }
 
-/// A slice keeps the source dimensions it takes whole (offset 0, stride 1,
-/// every element); the others are sliced on one device, whole.
+SmallVector<int64_t> allDims(int64_t rank) {
+  return llvm::to_vector(llvm::seq<int64_t>(0, rank));
+}
+
+/// The dimensions of a slice's full-rank side that its rank-reduced side
+/// keeps.
+SmallVector<int64_t> undroppedDims(const llvm::SmallBitVector &dropped) {
+  SmallVector<int64_t> dims;
+  for (int64_t d = 0, e = dropped.size(); d < e; ++d)
+    if (!dropped.test(d))
+      dims.push_back(d);
+  return dims;
+}
+
+/// Whether a slice or insert takes dimension d of an `extent` whole:
+/// offset 0, stride 1, every element.
+bool takesWhole(OffsetSizeAndStrideOpInterface op, unsigned d, int64_t extent) {
+  return getConstantIntValue(op.getMixedOffsets()[d]) == 0 &&
+         getConstantIntValue(op.getMixedStrides()[d]) == 1 &&
+         getConstantIntValue(op.getMixedSizes()[d]) == extent;
+}
+
+/// A slice keeps the source dimensions it takes whole; the others are
+/// sliced on one device, whole.
 std::optional<FactorRule> extractSliceRule(tensor::ExtractSliceOp slice) {
   RankedTensorType source = slice.getSourceType();
   if (!source.hasStaticShape())
     return std::nullopt;
   SmallVector<bool> kept;
-  for (int64_t d = 0; d < source.getRank(); ++d) {
-    std::optional<int64_t> offset =
-        getConstantIntValue(slice.getMixedOffsets()[d]);
-    std::optional<int64_t> size = getConstantIntValue(slice.getMixedSizes()[d]);
-    std::optional<int64_t> stride =
-        getConstantIntValue(slice.getMixedStrides()[d]);
-    kept.push_back(offset == 0 && stride == 1 && size == source.getDimSize(d));
-  }
-  llvm::SmallBitVector dropped = slice.getDroppedDims();
-  SmallVector<int64_t> resultDims;
   for (int64_t d = 0; d < source.getRank(); ++d)
-    if (!dropped.test(d))
-      resultDims.push_back(d);
-  return passThroughRule(slice, source, kept, resultDims);
+    kept.push_back(takesWhole(slice, d, source.getDimSize(d)));
+  return keptDimsRule(
+      source.getShape(), kept,
+      {{slice.getSource(), allDims(source.getRank())},
+       {slice.getResult(), undroppedDims(slice.getDroppedDims())}},
+      /*numOperands=*/1);
 }
 
-/// An insert keeps the destination dimensions it writes whole (offset 0,
-/// stride 1, every element), in the inserted slice too; the others are
-/// replicated, since the slice lands at a global offset there.
+/// An insert keeps the destination dimensions it writes whole, in the
+/// inserted slice too; the others are replicated, since the slice lands at
+/// a global offset there.
 std::optional<FactorRule> insertSliceRule(tensor::InsertSliceOp insert) {
   RankedTensorType dest = insert.getDestType();
   if (!dest.hasStaticShape())
     return std::nullopt;
-  FactorRule rule;
-  addIdentityFactors(rule, dest.getShape());
-  SmallVector<SmallVector<unsigned>> destDims, sourceDims;
-  llvm::SmallBitVector dropped = insert.getDroppedDims();
-  for (int64_t d = 0; d < dest.getRank(); ++d) {
-    bool kept =
-        getConstantIntValue(insert.getMixedOffsets()[d]) == 0 &&
-        getConstantIntValue(insert.getMixedStrides()[d]) == 1 &&
-        getConstantIntValue(insert.getMixedSizes()[d]) == dest.getDimSize(d);
-    SmallVector<unsigned> factors;
-    if (kept)
-      factors.push_back(static_cast<unsigned>(d));
-    if (!dropped.test(d))
-      sourceDims.push_back(factors);
-    destDims.push_back(std::move(factors));
-  }
-  rule.values = {sourceDims, destDims, destDims};
-  rule.tensorValues = {insert.getSource(), insert.getDest(),
-                       insert.getResult()};
-  rule.numOperands = 2;
-  return rule;
+  SmallVector<bool> kept;
+  for (int64_t d = 0; d < dest.getRank(); ++d)
+    kept.push_back(takesWhole(insert, d, dest.getDimSize(d)));
+  return keptDimsRule(
+      dest.getShape(), kept,
+      {{insert.getSource(), undroppedDims(insert.getDroppedDims())},
+       {insert.getDest(), allDims(dest.getRank())},
+       {insert.getResult(), allDims(dest.getRank())}},
+      /*numOperands=*/2);
 }
 
 /// A pad keeps the dimensions it pads by nothing. Only a pad by a value
@@ -268,9 +266,10 @@ std::optional<FactorRule> padRule(tensor::PadOp pad) {
   for (int64_t d = 0; d < source.getRank(); ++d)
     kept.push_back(getConstantIntValue(pad.getMixedLowPad()[d]) == 0 &&
                    getConstantIntValue(pad.getMixedHighPad()[d]) == 0);
-  return passThroughRule(
-      pad, source, kept,
-      llvm::to_vector(llvm::seq<int64_t>(0, source.getRank())));
+  return keptDimsRule(source.getShape(), kept,
+                      {{pad.getSource(), allDims(source.getRank())},
+                       {pad.getResult(), allDims(source.getRank())}},
+                      /*numOperands=*/1);
 }
 
 /// A concatenation keeps every dimension but the one it concatenates
@@ -281,9 +280,12 @@ std::optional<FactorRule> concatRule(tensor::ConcatOp concat) {
     return std::nullopt;
   SmallVector<bool> kept(result.getRank(), true);
   kept[concat.getDim()] = false;
-  return passThroughRule(
-      concat, result, kept,
-      llvm::to_vector(llvm::seq<int64_t>(0, result.getRank())));
+  SmallVector<std::pair<Value, SmallVector<int64_t>>> values;
+  for (Value input : concat.getInputs())
+    values.push_back({input, allDims(result.getRank())});
+  values.push_back({concat.getResult(), allDims(result.getRank())});
+  return keptDimsRule(result.getShape(), kept, values,
+                      concat.getInputs().size());
 }
 
 } // namespace

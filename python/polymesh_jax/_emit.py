@@ -118,6 +118,7 @@ def signless_text(line: str) -> str:
     picks for an unsigned type read them as unsigned."""
     return _UNSIGNED_TOKEN.sub(lambda m: m.group(0) if m.group(1) is None else f"i{m.group(1)}", line)
 
+
 # MLIR element types by the name NumPy and JAX give them.
 _DTYPE_NAMES = {
     "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64", "i1": "bool",
@@ -549,6 +550,7 @@ _UNARY = {
     "stablehlo.round_nearest_afz": ("math.round", None, None),
     "chlo.erf": ("math.erf", None, None),
     "chlo.erfc": ("math.erfc", None, None),
+    "stablehlo.popcnt": (None, "math.ctpop", None),
 }
 
 
@@ -612,24 +614,29 @@ _CMP_SIGNED = {"EQ": "eq", "NE": "ne", "LT": "slt", "LE": "sle", "GT": "sgt", "G
 _CMP_UNSIGNED = {"EQ": "eq", "NE": "ne", "LT": "ult", "LE": "ule", "GT": "ugt", "GE": "uge"}
 
 
-@handles("stablehlo.compare")
-def _compare(e: FunctionEmitter, op: ir.Operation):
+def _comparison(op: ir.Operation, lhs: str, rhs: str, type_text: str) -> str:
+    """`arith.cmpf`/`cmpi` of `lhs` and `rhs` (of `type_text`, a tensor or
+    its element) as `op` compares them."""
     direction = re.search(r"comparison_direction\s+(\w+)", str(op.attributes["comparison_direction"])).group(1)
     kind = "FLOAT"
     if "compare_type" in op.attributes:
         kind = re.search(r"comparison_type\s+(\w+)", str(op.attributes["compare_type"])).group(1)
     t = TensorType(str(op.operands[0].type))
-    lhs, rhs = (e.value(v) for v in op.operands)
-    name = e.fresh()
     if t.is_float:
         if kind == "TOTALORDER":
             raise UnmappedOpError(op.name, describe_location(op.location, op), "a total-order float comparison")
-        e.emit(f"{name} = arith.cmpf {_CMP_FLOAT[direction]}, {lhs}, {rhs} : {t}")
-    elif t.is_int:
+        return f"arith.cmpf {_CMP_FLOAT[direction]}, {lhs}, {rhs} : {type_text}"
+    if t.is_int:
         table = _CMP_UNSIGNED if (kind == "UNSIGNED" or t.elem == "i1") else _CMP_SIGNED
-        e.emit(f"{name} = arith.cmpi {table[direction]}, {lhs}, {rhs} : {t}")
-    else:
-        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
+        return f"arith.cmpi {table[direction]}, {lhs}, {rhs} : {type_text}"
+    raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
+
+
+@handles("stablehlo.compare")
+def _compare(e: FunctionEmitter, op: ir.Operation):
+    lhs, rhs = (e.value(v) for v in op.operands)
+    name = e.fresh()
+    e.emit(f"{name} = {_comparison(op, lhs, rhs, str(op.operands[0].type))}")
     return [name]
 
 
@@ -831,14 +838,6 @@ def _bitcast(e: FunctionEmitter, op: ir.Operation):
         return [x]
     name = e.fresh()
     e.emit(f"{name} = arith.bitcast {x} : {src} to {dst}")
-    return [name]
-
-
-@handles("stablehlo.popcnt")
-def _popcnt(e: FunctionEmitter, op: ir.Operation):
-    t = TensorType(str(op.results[0].type))
-    name = e.fresh()
-    e.emit(f"{name} = math.ctpop {e.value(op.operands[0])} : {t}")
     return [name]
 
 
@@ -1071,26 +1070,12 @@ def _scalar_body(block: ir.Block, names: dict, where: str) -> tuple[list[str], l
             value = FunctionEmitter.splat_value(str(op.attributes["value"]))
             lines.append(f"{out} = arith.constant {value}" + ("" if t.elem == "i1" else f" : {t.elem}"))
         elif op.name == "stablehlo.compare":
-            direction = re.search(r"comparison_direction\s+(\w+)", str(op.attributes["comparison_direction"])).group(1)
-            kind = re.search(r"comparison_type\s+(\w+)", str(op.attributes["compare_type"])).group(1) \
-                if "compare_type" in op.attributes else "FLOAT"
-            src = TensorType(str(op.operands[0].type))
-            if src.is_float and kind != "TOTALORDER":
-                lines.append(f"{out} = arith.cmpf {_CMP_FLOAT[direction]}, {args[0]}, {args[1]} : {src.elem}")
-            elif src.is_int:
-                table = _CMP_UNSIGNED if (kind == "UNSIGNED" or src.elem == "i1") else _CMP_SIGNED
-                lines.append(f"{out} = arith.cmpi {table[direction]}, {args[0]}, {args[1]} : {src.elem}")
-            else:
-                raise UnmappedOpError(op.name, where, f"a {kind} comparison of {src.elem} in a reduction body")
+            elem = TensorType(str(op.operands[0].type)).elem
+            lines.append(f"{out} = {_comparison(op, args[0], args[1], elem)}")
         elif op.name == "stablehlo.select":
             lines.append(f"{out} = arith.select {args[0]}, {args[1]}, {args[2]} : {t.elem}")
         elif op.name in _BINARY or op.name in _COMBINERS:
-            table = _BINARY.get(op.name) or _COMBINERS[op.name]
-            chosen = table[0] if t.is_float else table[2] if t.elem == "i1" else table[1]
-            if chosen is not None and t.is_unsigned:
-                chosen = _UNSIGNED_OPS.get(chosen, chosen)
-            if chosen is None:
-                raise UnmappedOpError(op.name, where, f"on {t.elem} in a reduction body")
+            chosen = _pick(_BINARY.get(op.name) or _COMBINERS[op.name], t, op)
             lines.append(f"{out} = {chosen} {args[0]}, {args[1]} : {t.elem}")
         else:
             raise UnmappedOpError(op.name, where, "in a reduction body")

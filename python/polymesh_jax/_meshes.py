@@ -138,19 +138,15 @@ class MeshTable:
 
     # -- Polymesh sharding -> JAX sharding ----------------------------------
 
-    def to_jax(self, sharding: Sharding, what: str, coarsen_sub_axes: bool = False) -> Any:
-        """The JAX sharding of `sharding`. A PartitionSpec has no sub-axes:
-        with `coarsen_sub_axes`, each dimension keeps its whole axes up to
-        the first sub-axis (a coarser tiling of the same devices), else a
-        sub-axis is a ShardingError."""
+    def to_jax(self, sharding: Sharding, what: str) -> Any:
+        """The JAX sharding of `sharding`; a sub-axis, which a
+        PartitionSpec has not, is a ShardingError (see `coarsened`)."""
         entry = self.get(sharding.mesh)
         if entry is None:
             raise ShardingError(f"{what}: mesh @{sharding.mesh} is not one of this export's meshes")
         obj = entry.jax_object
         if isinstance(obj, jax.Device):
             return SingleDeviceSharding(obj)
-        if coarsen_sub_axes:
-            sharding = coarsened(sharding)
         if any(a.is_sub_axis for d in sharding.dims for a in d.axes) or any(
                 a.is_sub_axis for a in sharding.unreduced):
             raise ShardingError(
@@ -170,8 +166,9 @@ class MeshTable:
 
 
 def coarsened(sharding: Sharding) -> Sharding:
-    """`sharding` with each dimension cut before its first sub-axis:
-    `[{"b", "a":(1)2}]` becomes `[{"b"}]`."""
+    """`sharding` with each dimension cut before its first sub-axis (a
+    coarser tiling of the same devices): `[{"b", "a":(1)2}]` becomes
+    `[{"b"}]`."""
     dims = []
     for dim in sharding.dims:
         kept = []

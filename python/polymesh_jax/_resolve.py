@@ -82,12 +82,14 @@ def resolve(fn: Callable, args: Sequence[Any] = (), kwargs: Optional[dict] = Non
         if sharding is None:
             raise ExportError(f"leaf {leaf.path} has no sharding after propagation")
         shardings.append(sharding)
-        if coarsened(sharding) != sharding:
+        # A PartitionSpec has no sub-axes: the leaf keeps its whole axes.
+        expressible = coarsened(sharding)
+        if expressible != sharding:
             warnings.warn(
                 f"leaf {leaf.path}: {sharding.attr_text()} splits a mesh axis into sub-axes, which a "
                 f"PartitionSpec cannot express; its out_sharding is the coarser "
-                f"{coarsened(sharding).attr_text()}", PolymeshWarning, stacklevel=2)
-        jax_shardings.append(program.meshes.to_jax(sharding, f"leaf {leaf.path}", coarsen_sub_axes=True))
+                f"{expressible.attr_text()}", PolymeshWarning, stacklevel=2)
+        jax_shardings.append(program.meshes.to_jax(expressible, f"leaf {leaf.path}"))
     tree = jax.tree_util.tree_unflatten(program.out_tree, jax_shardings)
     return Resolution(program, propagated, shardings, tree)
 

@@ -178,46 +178,53 @@ void registerDialects(DialectRegistry &registry) {
   registerReferenceDialects(registry);
 }
 
-/// Ops of dialects polymesh-run does not register. The parser accepts them (so
-/// that the message can name them and say what is loaded) and this refuses
-/// them, at their location; polymesh-run has no flag that would run them.
+/// The first type or attribute of a dialect that is not registered that
+/// `op` carries (`!foo.t`, `#foo.a` parse as opaque ones), as text; "" for
+/// none. Operand types are their producers' results.
+std::string firstOpaqueEntity(Operation *op) {
+  std::string text;
+  auto note = [&](auto entity) {
+    if (text.empty())
+      llvm::raw_string_ostream(text) << "'" << entity << "'";
+  };
+  op->getAttrDictionary().walk([&](OpaqueAttr a) { note(a); },
+                               [&](OpaqueType t) { note(t); });
+  auto checkType = [&](Type type) {
+    type.walk([&](OpaqueType t) { note(t); });
+  };
+  for (Type type : op->getResultTypes())
+    checkType(type);
+  for (Region &region : op->getRegions())
+    for (Block &block : region)
+      for (BlockArgument argument : block.getArguments())
+        checkType(argument.getType());
+  return text;
+}
+
+/// Ops, types and attributes of dialects polymesh-run does not register.
+/// The parser accepts them (so that the message can name them) and this
+/// refuses them, at their location; polymesh-run has no flag that would
+/// run them.
 LogicalResult rejectUnregisteredOps(ModuleOp module) {
   WalkResult walk = module.walk([&](Operation *op) {
-    if (op->isRegistered()) {
-      // `!foo.t` and `#foo.a` of an unloaded dialect parse as opaque
-      // types and attributes, which no lowering knows.
-      std::string opaque;
-      auto note = [&](auto entity) {
-        if (opaque.empty())
-          llvm::raw_string_ostream(opaque) << "'" << entity << "'";
-      };
-      auto checkType = [&](Type type) {
-        type.walk([&](OpaqueType t) { note(t); });
-      };
-      op->getAttrDictionary().walk([&](OpaqueAttr a) { note(a); },
-                                   [&](OpaqueType t) { note(t); });
-      for (Type type : op->getResultTypes())
-        checkType(type);
-      for (Region &region : op->getRegions())
-        for (Block &block : region)
-          for (BlockArgument argument : block.getArguments())
-            checkType(argument.getType());
-      if (opaque.empty())
-        return WalkResult::advance();
+    if (!op->isRegistered()) {
+      std::vector<llvm::StringRef> known;
+      for (llvm::StringRef name : module.getContext()->getAvailableDialects())
+        if (!name.empty())
+          known.push_back(name);
+      llvm::sort(known);
       op->emitError() << "polymesh-run cannot run '" << op->getName()
-                      << "': it uses " << opaque
-                      << " of a dialect that polymesh-run does not register";
+                      << "': no dialect it registers defines this op (it "
+                         "registers "
+                      << llvm::join(known, ", ") << ")";
       return WalkResult::interrupt();
     }
-    std::vector<llvm::StringRef> known;
-    for (llvm::StringRef name : module.getContext()->getAvailableDialects())
-      if (!name.empty())
-        known.push_back(name);
-    llvm::sort(known);
+    std::string opaque = firstOpaqueEntity(op);
+    if (opaque.empty())
+      return WalkResult::advance();
     op->emitError() << "polymesh-run cannot run '" << op->getName()
-                    << "': no dialect it registers defines this op (it "
-                       "registers "
-                    << llvm::join(known, ", ") << ")";
+                    << "': it uses " << opaque
+                    << " of a dialect that polymesh-run does not register";
     return WalkResult::interrupt();
   });
   return failure(walk.wasInterrupted());

@@ -355,7 +355,7 @@ constexpr int32_t kDocumentedCodes[] = {
     POLYMESH_RT_FAILED_PRECONDITION, // kFailedPrecondition
     POLYMESH_RT_ABORTED,             // kAborted
     POLYMESH_RT_INTERNAL,            // kOutOfRange
-    POLYMESH_RT_INTERNAL,            // kUnimplemented
+    POLYMESH_RT_INTERNAL,            // 12: an unsupported call
     POLYMESH_RT_INTERNAL,            // kInternal
     POLYMESH_RT_INTERNAL,            // kUnavailable
     POLYMESH_RT_INTERNAL,            // kDataLoss
