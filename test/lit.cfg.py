@@ -34,6 +34,17 @@ llvm_config.add_tool_substitutions(tools, tool_dirs)
 if getattr(config, "polymesh_have_nccl", False):
     config.available_features.add("nccl")
 
+# A build with the MPI backend (POLYMESH_ENABLE_MPI found MPI): tests run
+# polymesh-run --backend=mpi as several processes through %mpirun, which
+# oversubscribes (more ranks than cores) and allows root (CI runs as root).
+if getattr(config, "polymesh_have_mpi", False) and config.mpiexec:
+    config.available_features.add("mpi")
+    config.substitutions.append(
+        ("%mpirun", config.mpiexec + " --oversubscribe --allow-run-as-root"
+         " --mca btl self,vader --bind-to none"))
+    # Open MPI's shared-memory transport wants a writable session directory.
+    config.environment["OMPI_MCA_rmaps_base_oversubscribe"] = "1"
+
 
 def cuda_device_count():
     """GPUs the CUDA driver reports (cuInit, then cuDeviceGetCount); 0 with

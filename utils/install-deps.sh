@@ -5,6 +5,7 @@
 set -euo pipefail
 packages=(llvm-22-dev libmlir-22-dev mlir-22-tools llvm-22-tools
           ninja-build cmake g++ libabsl-dev libgtest-dev libbenchmark-dev
+          openmpi-bin libopenmpi-dev
           "$@")
 missing=()
 for p in "${packages[@]}"; do

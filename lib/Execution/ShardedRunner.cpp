@@ -323,7 +323,9 @@ llvm::Expected<std::unique_ptr<JitModule>>
 compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
         llvm::StringMap<ShardedFunction> &functions,
         llvm::StringMap<std::string> &failures, bool forwardDiagnostics,
-        ShardedTarget target, const JitOptions &options) {
+        const ShardedRunnerOptions &runnerOptions) {
+  ShardedTarget target = runnerOptions.target;
+  const JitOptions &options = runnerOptions.jit;
   MLIRContext *context = planned.getContext();
   OwningOpRef<ModuleOp> module(planned.clone());
   llvm::StringSet<> selected;
@@ -354,6 +356,14 @@ compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
   recordClasses(*module, subset, failures);
   for (auto &entry : subset)
     functions[entry.getKey()] = std::move(entry.second);
+
+  // A process of a multi-process run compiles to machine code only the
+  // classes of the devices it runs. (The lowering still sees every class:
+  // it builds the exchange tables of a plan over all of its devices.)
+  auto runsAny = [&](const PartitionClass &partition) {
+    return !runnerOptions.runsDevice ||
+           llvm::any_of(partition.devices, runnerOptions.runsDevice);
+  };
 
   // The class functions are the entry points: each gets a C interface
   // (the lowering marks their tensor arguments read-only itself; run()
@@ -392,7 +402,9 @@ compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
     if (failures.contains(name))
       continue;
     for (const PartitionClass &partition : functions.find(name)->second.classes)
-      if (llvm::Error err = (*jit)->prepare(partition.name))
+      if (!runsAny(partition))
+        continue;
+      else if (llvm::Error err = (*jit)->prepare(partition.name))
         return error("JIT compilation failed: " +
                      llvm::toString(std::move(err)));
   }
@@ -467,9 +479,8 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
   // function alone, so that one that fails does not take the others along
   // and its own diagnostics are reported.
   llvm::StringMap<std::string> failures;
-  auto together =
-      compile(*planned, candidates, runner->functions, failures,
-              /*forwardDiagnostics=*/false, options.target, options.jit);
+  auto together = compile(*planned, candidates, runner->functions, failures,
+                          /*forwardDiagnostics=*/false, options);
   if (together) {
     runner->jits.push_back(std::move(*together));
     for (const std::string &name : candidates)
@@ -478,9 +489,8 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
     llvm::consumeError(together.takeError());
     failures.clear();
     for (const std::string &name : candidates) {
-      auto alone =
-          compile(*planned, {name}, runner->functions, failures,
-                  /*forwardDiagnostics=*/true, options.target, options.jit);
+      auto alone = compile(*planned, {name}, runner->functions, failures,
+                           /*forwardDiagnostics=*/true, options);
       if (!alone) {
         failures[name] = llvm::toString(alone.takeError());
         continue;
@@ -581,8 +591,13 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
 
   RunContext context;
   context.jit = jitOf.lookup(name);
+  auto runsDevice = [&](int64_t device) {
+    return !options.runsDevice || options.runsDevice(device);
+  };
   for (const PartitionClass &partition : function.classes)
     for (int64_t device : partition.devices) {
+      if (!runsDevice(device))
+        continue;
       DeviceWork &work = context.work[device];
       work.partition = &partition;
       work.position = std::lower_bound(function.devices.begin(),
@@ -616,10 +631,12 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
                  function.devices.data(),
                  static_cast<int64_t>(function.devices.size()),
                  options.timeoutMs)
-           : polymesh_rt_create_loopback(
-                 function.devices.data(),
-                 static_cast<int64_t>(function.devices.size()),
-                 options.timeoutMs));
+      : options.createHostRuntime
+          ? options.createHostRuntime(function.devices, options.timeoutMs)
+          : polymesh_rt_create_loopback(
+                function.devices.data(),
+                static_cast<int64_t>(function.devices.size()),
+                options.timeoutMs));
   if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
     return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
 
@@ -692,6 +709,8 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
                          function.argumentLayouts[i], static_cast<uint32_t>(i),
                          TileShape::Exact);
     for (auto &[device, tile] : fresh.tiles) {
+      if (!context.work.count(device))
+        continue;
       const HostTensor &used = context.work.at(device).inputs[i];
       if (tile.getSizeInBytes() == 0 && used.getSizeInBytes() == 0)
         continue;
@@ -709,6 +728,8 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
     ShardedTensor result{function.signature.results[r].elementType, layout, {}};
     for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
       int64_t device = layout.mesh().deviceAt(p);
+      if (!runsDevice(device))
+        continue;
       result.tiles.emplace(device,
                            std::move(context.work.at(device).results[r]));
     }

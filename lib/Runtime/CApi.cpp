@@ -54,13 +54,15 @@ membersOf(const char *call, const int64_t *members, int64_t numMembers) {
 
 } // namespace
 
-PolymeshRuntime *
-polymesh::runtime::wrapBackend(std::unique_ptr<Backend> backend) {
+PolymeshRuntime *polymesh::runtime::wrapBackend(
+    absl::StatusOr<std::unique_ptr<Backend>> backend) {
   auto rt = std::make_unique<PolymeshRuntime>();
-  if (backend)
-    rt->backend = std::move(backend);
-  else
+  if (!backend.ok())
+    rt->createError = backend.status();
+  else if (!*backend)
     rt->createError = absl::InvalidArgumentError("wrapBackend: null backend");
+  else
+    rt->backend = *std::move(backend);
   return rt.release();
 }
 

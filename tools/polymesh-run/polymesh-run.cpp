@@ -44,6 +44,9 @@
 #include "polymesh/Support/LargeStack.h"
 #include "polymesh/Support/Saturating.h"
 #include "polymesh/Transforms/Passes.h"
+#if POLYMESH_HAVE_MPI
+#include "polymesh/Runtime/MpiBackend.h"
+#endif
 #if POLYMESH_HAVE_NCCL
 #include "NcclFake.h"
 #include "polymesh/Execution/CudaTarget.h"
@@ -74,6 +77,7 @@
 #include "llvm/Support/MathExtras.h"
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/raw_ostream.h"
+#include "llvm/Support/xxhash.h"
 
 #include <chrono>
 #include <limits>
@@ -104,10 +108,26 @@ llvm::cl::opt<std::string>
 llvm::cl::opt<std::string>
     backend("backend",
             llvm::cl::desc("Communication backend of sharded runs: "
-                           "'loopback' (devices as threads of this process) "
+                           "'loopback' (devices as threads of this process), "
+                           "'mpi' (devices spread over the ranks of an MPI "
+                           "job: run under mpirun -np P) "
                            "or 'nccl' (one local GPU per device; exits with "
                            "77 when there is none)"),
             llvm::cl::init("loopback"), llvm::cl::cat(runCategory));
+
+llvm::cl::opt<int64_t> devicesPerProcess(
+    "devices-per-process",
+    llvm::cl::desc("With --backend=mpi: device id d runs in rank d / K for "
+                   "K devices per process (default 0: ceil((largest device "
+                   "id of the program's meshes + 1) / ranks))"),
+    llvm::cl::init(0), llvm::cl::cat(runCategory));
+
+llvm::cl::opt<int> mpiTimeoutSeconds(
+    "mpi-timeout",
+    llvm::cl::desc("With --backend=mpi: seconds any wait for another rank "
+                   "may last before the run fails, naming what it waited "
+                   "for (default 30)"),
+    llvm::cl::init(30), llvm::cl::cat(runCategory));
 
 llvm::cl::opt<bool> simulateGpus(
     "simulate-gpus",
@@ -162,6 +182,124 @@ llvm::cl::opt<ShardedPath> shardedPath(
 
 constexpr const char *kNotMovementOnly =
     "not verified: --sharded-path=executor runs only functions that move data";
+
+//===----------------------------------------------------------------------===//
+// Multi-process runs (--backend=mpi, docs/multi-process.md)
+//===----------------------------------------------------------------------===//
+
+/// Where a function's line goes: stdout, or under --backend=mpi a buffer
+/// that rank 0 prints once every rank's verdict is in.
+llvm::raw_ostream *lineStream = &llvm::outs();
+llvm::raw_ostream &out() { return *lineStream; }
+
+bool multiProcess() { return backend == "mpi"; }
+
+#if POLYMESH_HAVE_MPI
+/// The job's processes; set by main() before anything runs.
+std::unique_ptr<runtime::MpiWorld> mpiWorld;
+/// Which rank runs which device, the same for every function.
+runtime::DeviceOwnership ownership;
+
+/// Every rank must run the same program with the same options, or their
+/// runs would wait on each other for transfers that never come.
+LogicalResult checkSameProgram(llvm::StringRef text) {
+  std::string options;
+  llvm::raw_string_ostream os(options);
+  os << entry << '\0' << static_cast<int>(verifyResults.getValue()) << '\0'
+     << devicesPerProcess << '\0' << static_cast<int>(shardedPath.getValue())
+     << '\0' << mpiTimeoutSeconds;
+  uint64_t fingerprint =
+      llvm::xxh3_64bits(text) ^ (llvm::xxh3_64bits(options) * 31);
+  absl::StatusOr<std::vector<uint64_t>> all = mpiWorld->allGather(fingerprint);
+  if (!all.ok()) {
+    llvm::errs() << "error: " << std::string(all.status().message()) << "\n";
+    return failure();
+  }
+  for (size_t r = 1; r < all->size(); ++r) {
+    if ((*all)[r] == (*all)[0])
+      continue;
+    if (mpiWorld->rank() == 0)
+      llvm::errs() << "error: rank " << r
+                   << " runs another program or other options than rank 0 "
+                      "(every rank of --backend=mpi must be given the same "
+                      "file and flags)\n";
+    return failure();
+  }
+  return success();
+}
+
+/// The ownership of every mesh device of `module`: a device no rank owns
+/// is refused at its mesh.
+LogicalResult computeOwnership(ModuleOp module) {
+  std::vector<int64_t> devices;
+  std::vector<std::pair<int64_t, polymesh::MeshOp>> where;
+  module.walk([&](polymesh::MeshOp mesh) {
+    polymesh::planner::Mesh planned = polymesh::toPlannerMesh(mesh.getMesh());
+    for (int64_t p = 0, e = planned.numDevices(); p < e; ++p) {
+      devices.push_back(planned.deviceAt(p));
+      where.emplace_back(devices.back(), mesh);
+    }
+  });
+  ownership = runtime::DeviceOwnership::over(devices, mpiWorld->size(),
+                                             devicesPerProcess);
+  for (auto [device, mesh] : where) {
+    if (ownership.ownerOf(device) >= 0)
+      continue;
+    if (mpiWorld->rank() == 0)
+      mesh.emitError() << "device " << device << " of mesh @"
+                       << mesh.getSymName()
+                       << " is owned by no process: " << ownership.numRanks
+                       << " processes x " << ownership.perRank
+                       << " devices per process own the ids 0.."
+                       << ownership.numRanks * ownership.perRank - 1
+                       << " (--devices-per-process)";
+    return failure();
+  }
+  return success();
+}
+
+/// With unreduced axes a result's value is the sum of a group's partials;
+/// the rank that owns a group's first device checks it and receives the
+/// partials of the group's devices that other ranks own.
+llvm::Error fetchGroupPartials(std::vector<ShardedTensor> &results) {
+  std::vector<runtime::MpiWorld::Block> sends, recvs;
+  int rank = mpiWorld->rank();
+  for (ShardedTensor &result : results) {
+    const polymesh::planner::TensorLayout &layout = result.layout;
+    for (const std::vector<int64_t> &group : layout.reductionGroups()) {
+      if (group.size() < 2)
+        continue;
+      int checker = ownership.ownerOf(group.front());
+      for (int64_t device : llvm::drop_begin(group)) {
+        int owner = ownership.ownerOf(device);
+        if (owner == checker || (owner != rank && checker != rank))
+          continue;
+        std::optional<polymesh::planner::Box> box = layout.boxOfDevice(device);
+        if (!box || box->empty())
+          continue;
+        if (owner == rank) {
+          HostTensor &tile = result.tiles.at(device);
+          sends.push_back({checker, tile.getData(), tile.getSizeInBytes()});
+          continue;
+        }
+        std::vector<int64_t> extents;
+        for (size_t d = 0; d < box->lo.size(); ++d)
+          extents.push_back(box->hi[d] - box->lo[d]);
+        HostTensor &tile =
+            result.tiles
+                .emplace(device, HostTensor(result.elementType, extents))
+                .first->second;
+        recvs.push_back({owner, tile.getData(), tile.getSizeInBytes()});
+      }
+    }
+  }
+  absl::Status status = mpiWorld->exchange(sends, recvs);
+  if (!status.ok())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   std::string(status.message()));
+  return llvm::Error::success();
+}
+#endif
 
 void registerDialects(DialectRegistry &registry) {
   // What polymesh-opt parses, with the same ShardingInterface models so
@@ -412,6 +550,23 @@ BackendFactory backendFactory() {
 /// the simulated ones).
 ShardedRunnerOptions shardedOptions() {
   ShardedRunnerOptions options;
+#if POLYMESH_HAVE_MPI
+  if (multiProcess()) {
+    int rank = mpiWorld->rank();
+    options.runsDevice = [rank](int64_t device) {
+      return ownership.ownerOf(device) == rank;
+    };
+    options.createHostRuntime = [](const std::vector<int64_t> &devices,
+                                   int64_t) {
+      runtime::MpiOptions mpi;
+      mpi.timeout = absl::Seconds(std::max(1, mpiTimeoutSeconds.getValue()));
+      mpi.ownership = ownership;
+      mpi.epoch = mpiWorld->nextEpoch();
+      return runtime::wrapBackend(
+          runtime::MpiBackend::create(*mpiWorld, devices, mpi));
+    };
+  }
+#endif
 #if POLYMESH_HAVE_NCCL
   if (backend == "nccl") {
     useCudaTarget(options, simulateGpus);
@@ -445,6 +600,11 @@ llvm::Expected<ShardedOutcome> runPartitioned(ShardedRunner &sharded,
   llvm::Expected<ShardedRun> run = sharded.run(name);
   if (!run)
     return run.takeError();
+#if POLYMESH_HAVE_MPI
+  if (multiProcess())
+    if (llvm::Error err = fetchGroupPartials(run->results))
+      return std::move(err);
+#endif
   return ShardedOutcome{std::move(run->results), run->bytesMoved,
                         run->numDevices, run->wallMs};
 }
@@ -479,16 +639,15 @@ bool reportSharded(func::FuncOp func, llvm::Expected<ShardedOutcome> outcome,
                    llvm::ArrayRef<HostTensor> reference, double referenceMs,
                    llvm::ArrayRef<std::optional<SumBound>> bounds) {
   if (!outcome) {
-    llvm::outs() << ", reference " << llvm::format("%.3f", referenceMs)
-                 << " ms, FAIL: " << llvm::toString(outcome.takeError())
-                 << "\n";
+    out() << ", reference " << llvm::format("%.3f", referenceMs)
+          << " ms, FAIL: " << llvm::toString(outcome.takeError()) << "\n";
     return false;
   }
-  llvm::outs() << ", " << outcome->bytesMoved << " bytes moved, reference "
-               << llvm::format("%.3f", referenceMs) << " ms, sharded "
-               << llvm::format("%.3f", outcome->wallMs) << " ms on "
-               << outcome->numDevices
-               << (outcome->numDevices == 1 ? " device" : " devices");
+  out() << ", " << outcome->bytesMoved << " bytes moved, reference "
+        << llvm::format("%.3f", referenceMs) << " ms, sharded "
+        << llvm::format("%.3f", outcome->wallMs) << " ms on "
+        << outcome->numDevices
+        << (outcome->numDevices == 1 ? " device" : " devices");
   std::vector<std::string> withinBound;
   for (auto [i, result] : llvm::enumerate(outcome->results)) {
     const SumBound *bound =
@@ -500,16 +659,16 @@ bool reportSharded(func::FuncOp func, llvm::Expected<ShardedOutcome> outcome,
                               comparison.summary());
       continue;
     }
-    llvm::outs() << ", FAIL: result #" << i;
+    out() << ", FAIL: result #" << i;
     if (auto leaf = func.getResultAttrOfType<StringAttr>(i, "polymesh.leaf"))
-      llvm::outs() << " (leaf \"" << leaf.getValue() << "\")";
-    llvm::outs() << ": " << comparison.failureMessage() << "\n";
+      out() << " (leaf \"" << leaf.getValue() << "\")";
+    out() << ": " << comparison.failureMessage() << "\n";
     return false;
   }
-  llvm::outs() << ", PASS";
+  out() << ", PASS";
   if (!withinBound.empty())
-    llvm::outs() << " (within bound: " << llvm::join(withinBound, "; ") << ")";
-  llvm::outs() << "\n";
+    out() << " (within bound: " << llvm::join(withinBound, "; ") << ")";
+  out() << "\n";
   return true;
 }
 
@@ -631,12 +790,11 @@ int localGpus = -1;
 Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
                     func::FuncOp func, func::FuncOp planned) {
   llvm::StringRef name = func.getSymName();
-  llvm::outs() << "@" << name << ": ";
+  out() << "@" << name << ": ";
   // Located at the function unless the error names a place of its own.
   auto fail = [&](llvm::Error error, bool located = false) {
-    llvm::outs() << "FAIL: "
-                 << (located ? "" : formatLocationPrefix(func.getLoc()))
-                 << llvm::toString(std::move(error)) << "\n";
+    out() << "FAIL: " << (located ? "" : formatLocationPrefix(func.getLoc()))
+          << llvm::toString(std::move(error)) << "\n";
     return Outcome::Failed;
   };
   auto signature = runner.getSignature(name);
@@ -657,7 +815,7 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
   double ms = std::chrono::duration<double, std::milli>(stop - start).count();
 
   size_t leaves = signature->results.size();
-  llvm::outs() << leaves << (leaves == 1 ? " leaf" : " leaves");
+  out() << leaves << (leaves == 1 ? " leaf" : " leaves");
   Outcome outcome = Outcome::Passed;
   // NCCL needs a GPU per device: a run that needs more is not a failure
   // of the program, and is not a pass either.
@@ -665,10 +823,9 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
     if (auto function = sharded->getFunction(name);
         function &&
         static_cast<int64_t>(function->devices.size()) > localGpus) {
-      llvm::outs() << ", reference " << llvm::format("%.3f", ms)
-                   << " ms, SKIPPED: needs " << function->devices.size()
-                   << " GPUs (one per device), this machine has " << localGpus
-                   << "\n";
+      out() << ", reference " << llvm::format("%.3f", ms)
+            << " ms, SKIPPED: needs " << function->devices.size()
+            << " GPUs (one per device), this machine has " << localGpus << "\n";
       return Outcome::Skipped;
     } else if (!function) {
       llvm::consumeError(function.takeError());
@@ -689,23 +846,85 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
             ? Outcome::Passed
             : Outcome::Failed;
   } else {
-    llvm::outs() << ", reference " << llvm::format("%.3f", ms) << " ms\n";
+    out() << ", reference " << llvm::format("%.3f", ms) << " ms\n";
   }
   if (printResults) {
     for (auto [i, result] : llvm::enumerate(*results)) {
-      llvm::outs() << "  result #" << i;
+      out() << "  result #" << i;
       if (auto leaf = func.getResultAttrOfType<StringAttr>(i, "polymesh.leaf"))
-        llvm::outs() << " (leaf \"" << leaf.getValue() << "\")";
-      llvm::outs() << ": " << result.toString(/*maxElements=*/8) << "\n";
+        out() << " (leaf \"" << leaf.getValue() << "\")";
+      out() << ": " << result.toString(/*maxElements=*/8) << "\n";
     }
   }
   return outcome;
 }
 
+/// The ranks of this job (1 without --backend=mpi).
+int runtimeRanks() {
+#if POLYMESH_HAVE_MPI
+  if (multiProcess())
+    return mpiWorld->size();
+#endif
+  return 1;
+}
+
+#if POLYMESH_HAVE_MPI
+/// Every rank ran one function and wrote its line into `line`: the
+/// function failed if it failed in any rank. Rank 0 prints its own line, or
+/// the first failing rank's with that rank named after "FAIL: ".
+Outcome agreeOnOutcome(Outcome mine, const std::string &line) {
+  absl::StatusOr<std::vector<uint64_t>> outcomes =
+      mpiWorld->allGather(static_cast<uint64_t>(mine));
+  absl::StatusOr<std::vector<std::string>> lines =
+      outcomes.ok()
+          ? mpiWorld->gatherToRoot(line)
+          : absl::StatusOr<std::vector<std::string>>(outcomes.status());
+  if (!lines.ok()) {
+    // A rank that never arrives leaves nothing to agree with: end the job
+    // rather than wait on it.
+    llvm::outs() << line;
+    llvm::outs().flush();
+    llvm::errs() << "error: " << std::string(lines.status().message()) << "\n";
+    llvm::errs().flush();
+    mpiWorld->abortJob(1);
+  }
+  int firstFailed = -1;
+  bool allSkipped = true;
+  for (size_t r = 0; r < outcomes->size(); ++r) {
+    auto outcome = static_cast<Outcome>((*outcomes)[r]);
+    if (outcome == Outcome::Failed && firstFailed < 0)
+      firstFailed = static_cast<int>(r);
+    if (outcome != Outcome::Skipped)
+      allSkipped = false;
+  }
+  if (mpiWorld->rank() == 0) {
+    std::string text = (*lines)[firstFailed < 0 ? 0 : firstFailed];
+    size_t at = text.find("FAIL: ");
+    if (firstFailed >= 0 && at != std::string::npos && mpiWorld->size() > 1)
+      text.insert(at + 6, "rank " + std::to_string(firstFailed) + ": ");
+    llvm::outs() << text;
+    llvm::outs().flush();
+  }
+  if (firstFailed >= 0)
+    return Outcome::Failed;
+  return allSkipped ? Outcome::Skipped : Outcome::Passed;
+}
+#endif
+
 int runMain() {
-  if (backend != "loopback" && backend != "nccl") {
+  if (backend != "loopback" && backend != "nccl" && backend != "mpi") {
     llvm::errs() << "error: unsupported --backend='" << backend
-                 << "': use 'loopback' or 'nccl'\n";
+                 << "': use 'loopback', 'mpi' or 'nccl'\n";
+    return 1;
+  }
+  if (devicesPerProcess != 0 && (!multiProcess() || devicesPerProcess < 0)) {
+    llvm::errs() << "error: --devices-per-process needs --backend=mpi and a "
+                    "positive count\n";
+    return 1;
+  }
+  if (multiProcess() && shardedPath == ShardedPath::Executor) {
+    llvm::errs() << "error: --sharded-path=executor runs in one process; "
+                    "--backend=mpi runs the partitioned program\n";
     return 1;
   }
   if (simulateGpus && backend != "nccl") {
@@ -753,6 +972,10 @@ int runMain() {
     llvm::errs() << "error: " << errorMessage << "\n";
     return 1;
   }
+#if POLYMESH_HAVE_MPI
+  if (multiProcess() && failed(checkSameProgram(file->getBuffer())))
+    return 1;
+#endif
   llvm::SourceMgr sourceMgr;
   sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
   SourceMgrDiagnosticHandler diagnostics(sourceMgr, &context);
@@ -768,6 +991,10 @@ int runMain() {
   FailureOr<std::vector<std::string>> names = selectFunctions(*module);
   if (failed(names))
     return 1;
+#if POLYMESH_HAVE_MPI
+  if (multiProcess() && failed(computeOwnership(*module)))
+    return 1;
+#endif
 
   // Before any pass: types too large to count, recursion, calls of
   // declarations and tensors inside regions would crash, never end or go
@@ -817,9 +1044,19 @@ int runMain() {
 
   int passed = 0, failedCount = 0, skipped = 0;
   for (const std::string &name : *names) {
-    switch (runFunction(**runner, sharded.get(),
-                        module->lookupSymbol<func::FuncOp>(name),
-                        planned->lookupSymbol<func::FuncOp>(name))) {
+    std::string line;
+    llvm::raw_string_ostream lineBuffer(line);
+    if (multiProcess())
+      lineStream = &lineBuffer;
+    Outcome outcome = runFunction(**runner, sharded.get(),
+                                  module->lookupSymbol<func::FuncOp>(name),
+                                  planned->lookupSymbol<func::FuncOp>(name));
+    lineStream = &llvm::outs();
+#if POLYMESH_HAVE_MPI
+    if (multiProcess())
+      outcome = agreeOnOutcome(outcome, line);
+#endif
+    switch (outcome) {
     case Outcome::Passed:
       ++passed;
       break;
@@ -831,11 +1068,20 @@ int runMain() {
       break;
     }
   }
-  llvm::outs() << passed << (verifyResults ? " passed, " : " ran, ")
-               << failedCount << " failed";
-  if (skipped)
-    llvm::outs() << ", " << skipped << " skipped";
-  llvm::outs() << "\n";
+  bool printer = true;
+#if POLYMESH_HAVE_MPI
+  printer = !multiProcess() || mpiWorld->rank() == 0;
+#endif
+  if (printer) {
+    llvm::outs() << passed << (verifyResults ? " passed, " : " ran, ")
+                 << failedCount << " failed";
+    if (skipped)
+      llvm::outs() << ", " << skipped << " skipped";
+    if (multiProcess())
+      llvm::outs() << " (over " << runtimeRanks()
+                   << (runtimeRanks() == 1 ? " process)" : " processes)");
+    llvm::outs() << "\n";
+  }
   if (failedCount)
     return 1;
   // Everything skipped: nothing was checked, which is no pass.
@@ -858,6 +1104,30 @@ int main(int argc, char **argv) {
       "over a sharded dimension, which must lie within the rounding bound of "
       "their reordered additions (--verify=exact: bit for bit "
       "everywhere).\n");
+  if (multiProcess()) {
+#if POLYMESH_HAVE_MPI
+    absl::StatusOr<std::unique_ptr<runtime::MpiWorld>> world =
+        runtime::MpiWorld::init(
+            &argc, &argv,
+            absl::Seconds(std::max(1, mpiTimeoutSeconds.getValue())));
+    if (!world.ok()) {
+      llvm::errs() << "error: --backend=mpi: "
+                   << std::string(world.status().message()) << "\n";
+      return 1;
+    }
+    mpiWorld = std::move(*world);
+#else
+    llvm::errs() << "error: --backend=mpi: this build has no MPI backend "
+                    "(install Open MPI, utils/install-deps.sh, and "
+                    "reconfigure)\n";
+    return 1;
+#endif
+  }
   // Deeply nested input recurses in MLIR's parser: a large stack.
-  return polymesh::runWithLargeStack(runMain);
+  int code = polymesh::runWithLargeStack(runMain);
+#if POLYMESH_HAVE_MPI
+  llvm::outs().flush();
+  mpiWorld.reset();
+#endif
+  return code;
 }

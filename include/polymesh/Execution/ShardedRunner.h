@@ -76,6 +76,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -123,6 +124,18 @@ struct ShardedRunnerOptions {
   /// run (benchmarks): the timed run then finds staging allocated and the
   /// pages of every buffer touched, as later steps of a real job do.
   bool warmup = false;
+
+  /// Multi-process runs (docs/multi-process.md). The devices this process
+  /// runs; null: every device. Class functions that none of them runs are
+  /// not lowered or compiled, and a run gives back only their tiles.
+  std::function<bool(int64_t)> runsDevice;
+  /// Creates the host runtime of a run over all of a function's devices
+  /// (ShardedTarget::Cpu) instead of a loopback one; never null. Its
+  /// Backend::devices() must be the devices of the list that runsDevice
+  /// accepts: those are the threads of this process.
+  std::function<PolymeshRuntime *(const std::vector<int64_t> &devices,
+                                  int64_t timeoutMs)>
+      createHostRuntime;
 };
 
 /// One local program of a partitioned function: the devices that run it and
@@ -158,7 +171,8 @@ struct ShardedFunction {
 
 struct ShardedRun {
   /// Per function result, every device's exact tile in the result's
-  /// declared layout (devices of the layout's mesh).
+  /// declared layout (devices of the layout's mesh; with
+  /// ShardedRunnerOptions::runsDevice, only the devices it accepts).
   std::vector<ShardedTensor> results;
   int64_t bytesMoved = 0;
   /// Devices of the run: one thread each.

@@ -195,8 +195,10 @@ private:
 
 /// A C ABI handle (PolymeshRuntime.h) over `backend`, e.g. an NCCL backend
 /// made with options the C constructors do not take. Destroy it with
-/// polymesh_rt_destroy.
-PolymeshRuntime *wrapBackend(std::unique_ptr<Backend> backend);
+/// polymesh_rt_destroy. A backend that failed to come up (an error, or null)
+/// gives a handle in the failed state with that error
+/// (polymesh_rt_last_error), as the C constructors do.
+PolymeshRuntime *wrapBackend(absl::StatusOr<std::unique_ptr<Backend>> backend);
 
 } // namespace polymesh::runtime
 
