@@ -45,7 +45,7 @@
 #include "polymesh/Support/Saturating.h"
 #include "polymesh/Transforms/Passes.h"
 #if POLYMESH_HAVE_MPI
-#include "polymesh/Runtime/MpiBackend.h"
+#include "polymesh/Execution/MpiTarget.h"
 #endif
 #if POLYMESH_HAVE_NCCL
 #include "NcclFake.h"
@@ -71,6 +71,7 @@
 #include "mlir/Parser/Parser.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/bit.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -551,21 +552,9 @@ BackendFactory backendFactory() {
 ShardedRunnerOptions shardedOptions() {
   ShardedRunnerOptions options;
 #if POLYMESH_HAVE_MPI
-  if (multiProcess()) {
-    int rank = mpiWorld->rank();
-    options.runsDevice = [rank](int64_t device) {
-      return ownership.ownerOf(device) == rank;
-    };
-    options.createHostRuntime = [](const std::vector<int64_t> &devices,
-                                   int64_t) {
-      runtime::MpiOptions mpi;
-      mpi.timeout = absl::Seconds(std::max(1, mpiTimeoutSeconds.getValue()));
-      mpi.ownership = ownership;
-      mpi.epoch = mpiWorld->nextEpoch();
-      return runtime::wrapBackend(
-          runtime::MpiBackend::create(*mpiWorld, devices, mpi));
-    };
-  }
+  if (multiProcess())
+    useMpiBackend(options, *mpiWorld, ownership,
+                  absl::Seconds(std::max(1, mpiTimeoutSeconds.getValue())));
 #endif
 #if POLYMESH_HAVE_NCCL
   if (backend == "nccl") {
@@ -598,6 +587,24 @@ runMovementOnly(func::FuncOp planned, const FunctionSignature &signature) {
 llvm::Expected<ShardedOutcome> runPartitioned(ShardedRunner &sharded,
                                               llvm::StringRef name) {
   llvm::Expected<ShardedRun> run = sharded.run(name);
+#if POLYMESH_HAVE_MPI
+  // The job's time is its slowest rank's; every rank takes part, failed or
+  // not, so that none waits for another.
+  if (multiProcess()) {
+    double mine = run ? run->wallMs : 0.0;
+    absl::StatusOr<std::vector<uint64_t>> all =
+        mpiWorld->allGather(llvm::bit_cast<uint64_t>(mine));
+    if (!all.ok()) {
+      if (!run)
+        return run.takeError();
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     std::string(all.status().message()));
+    }
+    if (run)
+      for (uint64_t bits : *all)
+        run->wallMs = std::max(run->wallMs, llvm::bit_cast<double>(bits));
+  }
+#endif
   if (!run)
     return run.takeError();
 #if POLYMESH_HAVE_MPI
