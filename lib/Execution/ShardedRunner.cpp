@@ -578,6 +578,7 @@ struct RuntimeDeleter {
 } // namespace
 
 llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
+  int64_t runIndex = runsMade++;
   auto found = getFunction(name);
   if (!found)
     return found.takeError();
@@ -605,6 +606,16 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
                       function.devices.begin();
     }
 
+  // A process of a multi-process run that runs none of the devices.
+  if (context.work.empty()) {
+    for (size_t r = 0; r < function.resultLayouts.size(); ++r)
+      run.results.push_back(
+          ShardedTensor{function.signature.results[r].elementType,
+                        function.resultLayouts[r],
+                        {}});
+    return run;
+  }
+
   // Inputs: every device fills its box of every argument, as the reference
   // holds it; devices outside an argument's mesh get an empty tile.
   for (size_t i = 0; i < function.argumentLayouts.size(); ++i) {
@@ -627,16 +638,16 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
 
   bool cuda = options.target == ShardedTarget::Cuda;
   std::unique_ptr<PolymeshRuntime, RuntimeDeleter> rt(
-      cuda ? options.cuda.createRuntime(
-                 function.devices.data(),
-                 static_cast<int64_t>(function.devices.size()),
-                 options.timeoutMs)
-      : options.createHostRuntime
-          ? options.createHostRuntime(function.devices, options.timeoutMs)
-          : polymesh_rt_create_loopback(
-                function.devices.data(),
-                static_cast<int64_t>(function.devices.size()),
-                options.timeoutMs));
+      options.createRuntime
+          ? options.createRuntime(function.devices, options.timeoutMs, runIndex)
+      : cuda ? options.cuda.createRuntime(
+                   function.devices.data(),
+                   static_cast<int64_t>(function.devices.size()),
+                   options.timeoutMs)
+             : polymesh_rt_create_loopback(
+                   function.devices.data(),
+                   static_cast<int64_t>(function.devices.size()),
+                   options.timeoutMs));
   if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
     return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
 

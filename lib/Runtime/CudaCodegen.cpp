@@ -274,9 +274,9 @@ polymesh::runtime::cudaCodegenSymbols(const NcclApi &nccl) {
   return symbols;
 }
 
-PolymeshRuntime *polymesh::runtime::createCodegenRuntime(
-    const NcclApi &api, const int64_t *device_ids, int64_t num_devices,
-    int64_t timeout_ms) {
+PolymeshRuntime *
+polymesh::runtime::createCodegenRuntime(const NcclApi &api,
+                                        const CodegenRuntimeOptions &run) {
   auto rt = std::make_unique<PolymeshRuntime>();
   {
     // A launch error belongs to the run that made it; a new runtime starts a
@@ -285,27 +285,38 @@ PolymeshRuntime *polymesh::runtime::createCodegenRuntime(
     launchFailed = false;
     launchError.clear();
   }
-  if (num_devices <= 0 || !device_ids) {
+  if (run.worldDevices.empty()) {
     rt->createError = absl::InvalidArgumentError(
-        absl::StrCat("polymesh_rt_create_nccl: empty or null device list (",
-                     num_devices, " devices)"));
+        "polymesh_rt_create_nccl: empty device list");
     return rt.release();
   }
   NcclOptions options;
   options.api = &api;
-  if (timeout_ms > 0)
-    options.timeout = absl::Milliseconds(timeout_ms);
+  if (run.timeoutMs > 0)
+    options.timeout = absl::Milliseconds(run.timeoutMs);
   // Generated code enqueues kernels and NCCL calls on the device's stream
   // and synchronizes when a function returns.
   options.completion = polymesh::runtime::NcclCompletion::StreamOrdered;
+  options.worldDevices = run.worldDevices;
+  const std::vector<int64_t> &local =
+      run.localDevices.empty() ? run.worldDevices : run.localDevices;
+  for (size_t i = 0; i < local.size(); ++i)
+    options.localDevices.push_back(
+        {local[i], run.firstCudaDevice + static_cast<int>(i)});
+  options.store = run.store;
+  options.storePrefix = run.storePrefix;
   absl::StatusOr<std::unique_ptr<NcclBackend>> backend =
-      NcclBackend::createSingleProcess(
-          std::vector<int64_t>(device_ids, device_ids + num_devices), options);
+      NcclBackend::create(std::move(options));
   if (backend.ok())
     rt->backend = *std::move(backend);
   else
     rt->createError = backend.status();
   return rt.release();
+}
+
+PolymeshRuntime *
+polymesh::runtime::createCodegenRuntime(const CodegenRuntimeOptions &options) {
+  return createCodegenRuntime(realNcclApi(), options);
 }
 
 std::vector<polymesh::runtime::CodegenSymbol>
@@ -318,8 +329,12 @@ extern "C" {
 PolymeshRuntime *polymesh_rt_create_nccl(const int64_t *device_ids,
                                          int64_t num_devices,
                                          int64_t timeout_ms) {
+  polymesh::runtime::CodegenRuntimeOptions options;
+  if (device_ids && num_devices > 0)
+    options.worldDevices.assign(device_ids, device_ids + num_devices);
+  options.timeoutMs = timeout_ms;
   return polymesh::runtime::createCodegenRuntime(
-      polymesh::runtime::realNcclApi(), device_ids, num_devices, timeout_ms);
+      polymesh::runtime::realNcclApi(), options);
 }
 
 int32_t polymesh_rt_device_upload(PolymeshRuntime *rt, int64_t device,

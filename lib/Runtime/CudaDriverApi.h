@@ -57,11 +57,9 @@ const CudaDriverApi *realCudaDriverApi(std::string &error);
 /// switch before any CUDA-lowered code runs.
 void setCudaDriverApi(const CudaDriverApi *api);
 
-/// polymesh_rt_create_nccl over `api` (the real libraries or the
-/// simulation).
+/// createCodegenRuntime over `api` (the real libraries or the simulation).
 PolymeshRuntime *createCodegenRuntime(const NcclApi &api,
-                                      const int64_t *deviceIds,
-                                      int64_t numDevices, int64_t timeoutMs);
+                                      const CodegenRuntimeOptions &options);
 
 /// cudaCodegenSymbols() with NCCL's functions taken from `nccl` (the real
 /// library, or the simulation's).

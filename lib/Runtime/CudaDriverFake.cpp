@@ -353,9 +353,20 @@ std::vector<CodegenSymbol> simulatedCudaCodegenSymbols() {
 PolymeshRuntime *createSimulatedCodegenRuntime(const int64_t *deviceIds,
                                                int64_t numDevices,
                                                int64_t timeoutMs) {
-  FakeNccl::reset(static_cast<int>(std::max<int64_t>(numDevices, 0)));
+  CodegenRuntimeOptions options;
+  if (deviceIds && numDevices > 0)
+    options.worldDevices.assign(deviceIds, deviceIds + numDevices);
+  options.timeoutMs = timeoutMs;
+  return createSimulatedCodegenRuntime(options);
+}
+
+PolymeshRuntime *
+createSimulatedCodegenRuntime(const CodegenRuntimeOptions &options) {
+  size_t gpus = options.localDevices.empty() ? options.worldDevices.size()
+                                             : options.localDevices.size();
+  FakeNccl::reset(static_cast<int>(gpus));
   setCudaDriverApi(&fakeCudaDriverApi());
-  return createCodegenRuntime(fakeNcclApi(), deviceIds, numDevices, timeoutMs);
+  return createCodegenRuntime(fakeNcclApi(), options);
 }
 
 FakeCudaDriver::Counts FakeCudaDriver::counts() {

@@ -321,6 +321,184 @@ absl::Status MpiWorld::exchange(const std::vector<Block> &sends,
 }
 
 //===----------------------------------------------------------------------===//
+// MpiChannel
+//===----------------------------------------------------------------------===//
+
+struct MpiChannel::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  std::mutex mu;
+  /// Sends MPI still reads from, with their buffers.
+  std::deque<std::pair<MPI_Request, std::string>> inFlight;
+
+  /// Frees the sends that completed.
+  void reap() {
+    for (auto it = inFlight.begin(); it != inFlight.end();) {
+      int flag = 0;
+      MPI_Test(&it->first, &flag, MPI_STATUS_IGNORE);
+      it = flag ? inFlight.erase(it) : std::next(it);
+    }
+  }
+};
+
+absl::StatusOr<std::unique_ptr<MpiChannel>>
+MpiChannel::create(MpiWorld &world) {
+  auto state = std::make_unique<State>();
+  if (int code = MPI_Comm_dup(MPI_COMM_WORLD, &state->comm);
+      code != MPI_SUCCESS)
+    return absl::InternalError("MPI_Comm_dup: " + mpiErrorText(code));
+  MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN);
+  std::unique_ptr<MpiChannel> channel(new MpiChannel(std::move(state)));
+  channel->rankId = world.rank();
+  channel->numRanks = world.size();
+  return channel;
+}
+
+MpiChannel::MpiChannel(std::unique_ptr<State> state)
+    : state(std::move(state)) {}
+
+MpiChannel::~MpiChannel() {
+  std::lock_guard<std::mutex> lock(state->mu);
+  // A message to a rank that already left is never received: give the
+  // others a moment, then drop what is left.
+  auto deadline = Clock::now() + std::chrono::milliseconds(200);
+  while (!state->inFlight.empty() && Clock::now() < deadline) {
+    state->reap();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  for (auto &[request, message] : state->inFlight) {
+    MPI_Cancel(&request);
+    MPI_Request_free(&request);
+  }
+  MPI_Comm_free(&state->comm);
+}
+
+absl::Status MpiChannel::send(int to, std::string message) {
+  if (to < 0 || to >= numRanks || to == rankId)
+    return absl::InvalidArgumentError(
+        absl::StrCat("MPI channel: no rank ", to, " to send to"));
+  if (message.size() > static_cast<size_t>(kPieceBytes))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "MPI channel: a message of ", message.size(), " bytes is too large"));
+  std::lock_guard<std::mutex> lock(state->mu);
+  state->reap();
+  state->inFlight.emplace_back(MPI_REQUEST_NULL, std::move(message));
+  auto &[request, text] = state->inFlight.back();
+  if (int code = MPI_Isend(text.data(), static_cast<int>(text.size()), MPI_BYTE,
+                           to, 0, state->comm, &request);
+      code != MPI_SUCCESS) {
+    state->inFlight.pop_back();
+    return absl::InternalError("MPI channel: " + mpiErrorText(code));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<MpiChannel::Received>> MpiChannel::poll() {
+  std::lock_guard<std::mutex> lock(state->mu);
+  state->reap();
+  int flag = 0;
+  MPI_Status status;
+  if (int code = MPI_Iprobe(MPI_ANY_SOURCE, 0, state->comm, &flag, &status);
+      code != MPI_SUCCESS)
+    return absl::InternalError("MPI channel: " + mpiErrorText(code));
+  if (!flag)
+    return std::optional<Received>();
+  int bytes = 0;
+  MPI_Get_count(&status, MPI_BYTE, &bytes);
+  Received received;
+  received.from = status.MPI_SOURCE;
+  received.message.resize(static_cast<size_t>(bytes));
+  if (int code = MPI_Recv(received.message.data(), bytes, MPI_BYTE,
+                          status.MPI_SOURCE, 0, state->comm, MPI_STATUS_IGNORE);
+      code != MPI_SUCCESS)
+    return absl::InternalError("MPI channel: " + mpiErrorText(code));
+  return std::optional<Received>(std::move(received));
+}
+
+//===----------------------------------------------------------------------===//
+// MpiStore
+//===----------------------------------------------------------------------===//
+
+struct MpiStore::State {
+  std::unique_ptr<MpiChannel> channel;
+  std::mutex mu;
+  absl::flat_hash_map<std::string, std::string> values;
+
+  /// Takes every set that arrived into `values`.
+  absl::Status drain() {
+    while (true) {
+      absl::StatusOr<std::optional<MpiChannel::Received>> received =
+          channel->poll();
+      if (!received.ok())
+        return received.status();
+      if (!*received)
+        return absl::OkStatus();
+      // A set is the key's length, the key, then the value.
+      const std::string &message = (*received)->message;
+      uint64_t keyBytes = 0;
+      if (message.size() < sizeof keyBytes)
+        return absl::InternalError("MPI store: a short message");
+      std::memcpy(&keyBytes, message.data(), sizeof keyBytes);
+      if (message.size() - sizeof keyBytes < keyBytes)
+        return absl::InternalError("MPI store: a short message");
+      std::string key = message.substr(sizeof keyBytes, keyBytes);
+      values.emplace(std::move(key),
+                     message.substr(sizeof keyBytes + keyBytes));
+    }
+  }
+};
+
+MpiStore::MpiStore(std::unique_ptr<MpiChannel> channel)
+    : state(std::make_unique<State>()) {
+  state->channel = std::move(channel);
+}
+
+MpiStore::~MpiStore() = default;
+
+absl::Status MpiStore::set(absl::string_view key, absl::string_view value) {
+  std::lock_guard<std::mutex> lock(state->mu);
+  if (absl::Status status = state->drain(); !status.ok())
+    return status;
+  if (!state->values.emplace(std::string(key), std::string(value)).second)
+    return absl::AlreadyExistsError(
+        absl::StrCat("key \"", key, "\" is already set in ", describe()));
+  uint64_t keyBytes = key.size();
+  std::string message(reinterpret_cast<const char *>(&keyBytes),
+                      sizeof keyBytes);
+  absl::StrAppend(&message, key, value);
+  for (int r = 0; r < state->channel->size(); ++r)
+    if (r != state->channel->rank())
+      if (absl::Status status = state->channel->send(r, message); !status.ok())
+        return status;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MpiStore::get(absl::string_view key,
+                                          absl::Duration timeout) {
+  auto deadline = Clock::now() + absl::ToChronoMilliseconds(timeout);
+  for (int idle = 0;; ++idle) {
+    {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (absl::Status status = state->drain(); !status.ok())
+        return status;
+      auto it = state->values.find(std::string(key));
+      if (it != state->values.end())
+        return it->second;
+    }
+    if (Clock::now() > deadline)
+      return absl::DeadlineExceededError(
+          absl::StrCat("key \"", key, "\" was not set within ",
+                       absl::FormatDuration(timeout), " in ", describe()));
+    std::this_thread::sleep_for(
+        std::chrono::microseconds(std::min(1000, 10 * idle)));
+  }
+}
+
+std::string MpiStore::describe() const {
+  return absl::StrCat("MPI store (rank ", state->channel->rank(), " of ",
+                      state->channel->size(), ")");
+}
+
+//===----------------------------------------------------------------------===//
 // DeviceOwnership
 //===----------------------------------------------------------------------===//
 

@@ -78,6 +78,9 @@ struct FakeOp {
   /// Peer rank (send/recv) or root rank (broadcast).
   int peer = -1;
   bool done = false;
+  /// A call made in another process (comm is null): its input, and room
+  /// for the output that this process's simulation of it writes.
+  std::vector<char> owned;
 };
 
 struct Collective {
@@ -90,6 +93,8 @@ struct Clique {
   std::string id;
   int nranks = 0;
   std::vector<ncclComm *> ranks;
+  /// Per rank: the process it joined from (FakeNccl::connect), or -1.
+  std::vector<int> processOf;
   int joined = 0;
   std::vector<uint64_t> nextSeq;
   std::map<uint64_t, Collective> pending;
@@ -143,6 +148,8 @@ struct Engine {
   std::string lastError;
   uint64_t nextId = 1;
   FakeNccl::Counts counts;
+  /// The other processes of the job, if any (FakeNccl::connect).
+  std::shared_ptr<FakeNcclTransport> transport;
 };
 
 Engine &engine() {
@@ -364,17 +371,15 @@ void execute(Clique &clique, Collective &coll) {
   }
 }
 
-void post(const std::shared_ptr<FakeOp> &op) {
+/// Places a call of `rank` (made here, or in another process) in its
+/// clique: matches a point-to-point call with its partner, or completes a
+/// collective whose last member it is.
+void place(Clique &clique, int rank, const std::shared_ptr<FakeOp> &op) {
   ncclComm *comm = op->comm;
-  if (!comm->live) {
-    op->done = true;
-    return;
-  }
-  Clique &clique = *comm->clique;
   if (op->kind == Kind::Send || op->kind == Kind::Recv) {
     bool isSend = op->kind == Kind::Send;
-    std::pair<int, int> key = isSend ? std::make_pair(comm->rank, op->peer)
-                                     : std::make_pair(op->peer, comm->rank);
+    std::pair<int, int> key = isSend ? std::make_pair(rank, op->peer)
+                                     : std::make_pair(op->peer, rank);
     auto &other = isSend ? clique.recvs[key] : clique.sends[key];
     if (other.empty()) {
       (isSend ? clique.sends[key] : clique.recvs[key]).push_back(op);
@@ -388,7 +393,7 @@ void post(const std::shared_ptr<FakeOp> &op) {
       matchPointToPoint(*match, *op);
     return;
   }
-  uint64_t seq = clique.nextSeq[comm->rank]++;
+  uint64_t seq = clique.nextSeq[rank]++;
   Collective &coll = clique.pending[seq];
   if (coll.ranks.empty()) {
     coll.ranks.resize(clique.nranks);
@@ -402,7 +407,7 @@ void post(const std::shared_ptr<FakeOp> &op) {
              "(kind, count, type, operator or root)");
     return;
   }
-  coll.ranks[comm->rank] = op;
+  coll.ranks[rank] = op;
   if (++coll.joined < clique.nranks)
     return;
   execute(clique, coll);
@@ -411,8 +416,189 @@ void post(const std::shared_ptr<FakeOp> &op) {
   clique.pending.erase(seq);
 }
 
+//===----------------------------------------------------------------------===//
+// Several processes (FakeNccl::connect)
+//===----------------------------------------------------------------------===//
+
+/// What one process tells the others: a rank joined a communicator, a rank
+/// sent to a rank of the receiver's process, a rank made a collective call.
+enum class Message : uint8_t { Join, Send, Collective };
+
+/// The fields of a message, in order, after its kind and the clique id.
+struct Wire {
+  int32_t nranks = 0, rank = 0, process = 0, peer = -1;
+  int32_t kind = 0, type = 0, op = 0;
+  uint64_t count = 0;
+};
+
+constexpr size_t kIdBytes = sizeof(ncclUniqueId::internal);
+
+std::string encode(Message kind, const std::string &id, const Wire &wire,
+                   const void *payload, size_t bytes) {
+  std::string message(1, static_cast<char>(kind));
+  message += id;
+  message.append(reinterpret_cast<const char *>(&wire), sizeof wire);
+  if (bytes)
+    message.append(static_cast<const char *>(payload), bytes);
+  return message;
+}
+
+/// The clique of `id`, created on first sight (a join or call from another
+/// process may come before any rank of this process joins).
+Clique &cliqueOf(Engine &e, const std::string &id, int nranks) {
+  std::unique_ptr<Clique> &slot = e.cliques[id];
+  if (!slot) {
+    slot = std::make_unique<Clique>();
+    slot->id = id;
+    slot->nranks = nranks;
+    slot->ranks.assign(nranks, nullptr);
+    slot->processOf.assign(nranks, -1);
+    slot->nextSeq.assign(nranks, 0);
+  }
+  return *slot;
+}
+
+bool isRemote(const Engine &e, const Clique &clique, int rank) {
+  return e.transport && clique.processOf[rank] >= 0 &&
+         clique.processOf[rank] != e.transport->process();
+}
+
+/// Sends `message` to every process (other than this one) that holds a
+/// rank of `clique`, or to every other process when `clique` is null.
+void sendToOthers(Engine &e, const Clique *clique, const std::string &message,
+                  ncclComm *comm) {
+  std::set<int> processes;
+  for (int p = 0; p < e.transport->numProcesses(); ++p)
+    if (p != e.transport->process() &&
+        (!clique ||
+         std::count(clique->processOf.begin(), clique->processOf.end(), p) > 0))
+      processes.insert(p);
+  for (int p : processes)
+    if (absl::Status status = e.transport->send(p, message); !status.ok())
+      failBoth(comm, nullptr,
+               "simulated NCCL: to process " + std::to_string(p) + ": " +
+                   std::string(status.message()));
+}
+
+/// The bytes of a collective's input: what the other processes need to
+/// compute it.
+size_t inputBytes(const FakeOp &op, int rank, int nranks) {
+  size_t bytes = op.count * typeSize(op.type);
+  switch (op.kind) {
+  case Kind::Broadcast:
+    return rank == op.peer ? bytes : 0;
+  case Kind::ReduceScatter:
+    return bytes * static_cast<size_t>(nranks);
+  default:
+    return bytes;
+  }
+}
+
+/// Places a local call; a send to another process's rank, or a collective
+/// with members elsewhere, is also sent there.
+void post(Engine &e, const std::shared_ptr<FakeOp> &op) {
+  ncclComm *comm = op->comm;
+  if (!comm->live) {
+    op->done = true;
+    return;
+  }
+  Clique &clique = *comm->clique;
+  Wire wire;
+  wire.rank = comm->rank;
+  wire.nranks = clique.nranks;
+  wire.peer = op->peer;
+  wire.kind = static_cast<int32_t>(op->kind);
+  wire.type = op->type;
+  wire.op = op->op;
+  wire.count = op->count;
+  if (op->kind == Kind::Send && isRemote(e, clique, op->peer)) {
+    std::string message = encode(Message::Send, clique.id, wire, op->send,
+                                 op->count * typeSize(op->type));
+    if (absl::Status status =
+            e.transport->send(clique.processOf[op->peer], std::move(message));
+        !status.ok())
+      failBoth(comm, nullptr,
+               "simulated NCCL: " + std::string(status.message()));
+    op->done = true;
+    return;
+  }
+  if (op->kind != Kind::Send && op->kind != Kind::Recv && e.transport &&
+      std::any_of(clique.processOf.begin(), clique.processOf.end(),
+                  [&](int p) { return p != e.transport->process(); }))
+    sendToOthers(e, &clique,
+                 encode(Message::Collective, clique.id, wire, op->send,
+                        inputBytes(*op, comm->rank, clique.nranks)),
+                 comm);
+  place(clique, comm->rank, op);
+}
+
+/// Takes one message of another process into the simulation.
+void receive(Engine &e, const std::string &message) {
+  if (message.size() < 1 + kIdBytes + sizeof(Wire))
+    return;
+  auto kind = static_cast<Message>(message[0]);
+  std::string id = message.substr(1, kIdBytes);
+  Wire wire;
+  std::memcpy(&wire, message.data() + 1 + kIdBytes, sizeof wire);
+  const char *payload = message.data() + 1 + kIdBytes + sizeof wire;
+  size_t payloadBytes = message.size() - 1 - kIdBytes - sizeof wire;
+  if (wire.nranks < 1 || wire.rank < 0 || wire.rank >= wire.nranks)
+    return;
+  Clique &clique = cliqueOf(e, id, wire.nranks);
+  if (clique.nranks != wire.nranks)
+    return;
+  if (kind == Message::Join) {
+    if (clique.processOf[wire.rank] < 0) {
+      clique.processOf[wire.rank] = wire.process;
+      ++clique.joined;
+    }
+    return;
+  }
+  auto op = std::make_shared<FakeOp>();
+  op->kind = static_cast<Kind>(wire.kind);
+  op->type = static_cast<ncclDataType_t>(wire.type);
+  op->op = static_cast<ncclRedOp_t>(wire.op);
+  op->peer = wire.peer;
+  op->count = wire.count;
+  size_t bytes = op->count * typeSize(op->type);
+  // Room for what this process's simulation writes for the remote member.
+  size_t outputBytes = op->kind == Kind::AllGather
+                           ? bytes * static_cast<size_t>(clique.nranks)
+                           : bytes;
+  op->owned.assign(payload, payload + payloadBytes);
+  op->owned.resize(std::max(payloadBytes, outputBytes));
+  op->send = op->owned.data();
+  op->recv = op->owned.data();
+  if (op->kind == Kind::AllGather || op->kind == Kind::ReduceScatter) {
+    // Output apart from input: the simulation reads every input first, but
+    // keep them apart as a GPU's buffers would be.
+    op->owned.resize(payloadBytes + outputBytes);
+    op->send = op->owned.data();
+    op->recv = op->owned.data() + payloadBytes;
+  }
+  place(clique, wire.rank, op);
+}
+
+/// Takes in every message that arrived from other processes.
+void pollTransport(Engine &e) {
+  if (!e.transport)
+    return;
+  while (true) {
+    absl::StatusOr<std::optional<std::string>> message = e.transport->poll();
+    if (!message.ok()) {
+      e.lastError =
+          "simulated NCCL: " + std::string(message.status().message());
+      return;
+    }
+    if (!*message)
+      return;
+    receive(e, **message);
+  }
+}
+
 /// Runs every stream as far as it can go.
 void progress(Engine &e) {
+  pollTransport(e);
   bool changed = true;
   while (changed) {
     changed = false;
@@ -432,7 +618,7 @@ void progress(Engine &e) {
             w.posted = true;
             changed = true;
             for (auto &op : w.ops)
-              post(op);
+              post(e, op);
           }
           if (!std::all_of(w.ops.begin(), w.ops.end(),
                            [](const auto &op) { return op->done; }))
@@ -687,7 +873,12 @@ ncclResult_t fakeGetUniqueId(ncclUniqueId *id) {
   std::lock_guard<std::mutex> lock(e.mu);
   INJECT_NCCL("ncclGetUniqueId", static_cast<ncclComm *>(nullptr));
   std::memset(id->internal, 0, sizeof(id->internal));
-  std::string text = "simulated-nccl-" + std::to_string(e.nextId++);
+  // Ids made in different processes of one job differ.
+  std::string text =
+      "simulated-nccl-" +
+      (e.transport ? "p" + std::to_string(e.transport->process()) + "-"
+                   : std::string()) +
+      std::to_string(e.nextId++);
   std::memcpy(id->internal, text.data(), text.size());
   // Bytes past the text are not zero, as a real id's are not.
   for (size_t i = text.size() + 1; i < sizeof(id->internal); ++i)
@@ -706,19 +897,12 @@ ncclResult_t fakeCommInitRankConfig(ncclComm_t *out, int nranks,
     return setError(e, nullptr, ncclInvalidArgument,
                     "simulated NCCL: invalid rank or size");
   std::string key(id.internal, sizeof(id.internal));
-  std::unique_ptr<Clique> &slot = e.cliques[key];
-  if (!slot) {
-    slot = std::make_unique<Clique>();
-    slot->id = key;
-    slot->nranks = nranks;
-    slot->ranks.assign(nranks, nullptr);
-    slot->nextSeq.assign(nranks, 0);
-  }
-  Clique &clique = *slot;
+  pollTransport(e);
+  Clique &clique = cliqueOf(e, key, nranks);
   if (clique.nranks != nranks)
     return setError(e, nullptr, ncclInvalidUsage,
                     "simulated NCCL: ranks disagree on the communicator size");
-  if (clique.ranks[rank])
+  if (clique.ranks[rank] || clique.processOf[rank] >= 0)
     return setError(e, nullptr, ncclInvalidUsage,
                     "simulated NCCL: two ranks with the same number");
   for (ncclComm *other : clique.ranks)
@@ -736,16 +920,29 @@ ncclResult_t fakeCommInitRankConfig(ncclComm_t *out, int nranks,
   ++clique.joined;
   ++e.counts.communicators;
   *out = c;
+  if (e.transport) {
+    clique.processOf[rank] = e.transport->process();
+    Wire wire;
+    wire.nranks = nranks;
+    wire.rank = rank;
+    wire.process = e.transport->process();
+    sendToOthers(e, nullptr, encode(Message::Join, key, wire, nullptr, 0), c);
+  }
   e.cv.notify_all();
   if (!c->blocking) {
     if (groupDepth > 0)
       groupNonBlocking = true;
     return clique.ready() ? ncclSuccess : ncclInProgress;
   }
-  if (!e.cv.wait_for(lock, std::chrono::seconds(60),
-                     [&] { return clique.ready(); }))
-    return setError(e, c, ncclSystemError,
-                    "simulated NCCL: blocking init timed out");
+  // Ranks of other processes join through the transport: poll it.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!clique.ready()) {
+    if (std::chrono::steady_clock::now() > deadline)
+      return setError(e, c, ncclSystemError,
+                      "simulated NCCL: blocking init timed out");
+    e.cv.wait_for(lock, std::chrono::milliseconds(e.transport ? 1 : 100));
+    pollTransport(e);
+  }
   return ncclSuccess;
 }
 
@@ -1047,6 +1244,14 @@ const NcclApi &fakeNcclApi() {
       fakeReduceScatter,
   };
   return api;
+}
+
+FakeNcclTransport::~FakeNcclTransport() = default;
+
+void FakeNccl::connect(std::shared_ptr<FakeNcclTransport> transport) {
+  Engine &e = engine();
+  std::lock_guard<std::mutex> lock(e.mu);
+  e.transport = std::move(transport);
 }
 
 void FakeNccl::reset(int numDevices) {

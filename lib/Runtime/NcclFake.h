@@ -28,7 +28,8 @@
 //
 // What it is not: a model of NCCL's performance, of its exact rounding of
 // f16/bf16 sums (it rounds once, as the loopback backend does), of
-// multi-process behaviour, or of anything a GPU kernel does.
+// network failures between processes (FakeNccl::connect), or of anything a
+// GPU kernel does.
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,13 +38,35 @@
 
 #include "NcclApi.h"
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 
 namespace polymesh::runtime {
 
 /// The simulated CUDA runtime and NCCL.
 const NcclApi &fakeNcclApi();
+
+/// Carries the simulation's messages when the simulated GPUs of one job
+/// live in several processes (the ranks of an MPI job, say): each process
+/// simulates its own GPUs, and a communicator's ranks may sit in any of
+/// them. Only the simulation calls it, under its lock.
+class FakeNcclTransport {
+public:
+  virtual ~FakeNcclTransport();
+  /// This process, and the number of processes, of the job.
+  virtual int process() const = 0;
+  virtual int numProcesses() const = 0;
+  /// Sends `message` to process `to` (not this one), without blocking.
+  /// Messages from one process to another arrive in order.
+  virtual absl::Status send(int to, std::string message) = 0;
+  /// A message that arrived, if any.
+  virtual absl::StatusOr<std::optional<std::string>> poll() = 0;
+};
 
 /// Controls of the simulator, which is process-wide like the libraries it
 /// stands for.
@@ -62,6 +85,17 @@ public:
   /// The same for a CUDA call ("cudaMalloc", "cudaMemcpyAsync", ...).
   static void failNextCuda(const std::string &call, cudaError_t error,
                            int device = -1);
+  /// Connects this process's simulation to the other processes of a job
+  /// (null: this process alone, the default). Survives reset(). Each
+  /// process then simulates its own GPUs; a communicator's ranks join from
+  /// any process (ncclCommInitRankConfig completes when all joined), its
+  /// calls are matched across processes, and unique ids name their
+  /// process. Point-to-point sends to another process complete once the
+  /// data is on its way (as NCCL's do for messages it buffers); a
+  /// collective completes in each process when every member's call
+  /// arrived, each process computing it from every member's input.
+  static void connect(std::shared_ptr<FakeNcclTransport> transport);
+
   /// Every live communicator on `device` fails asynchronously with
   /// `result` (a peer process that died looks like this).
   static void failCommunicatorsAsync(int device, ncclResult_t result,

@@ -82,6 +82,7 @@
 
 #include <chrono>
 #include <limits>
+#include <map>
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -193,13 +194,109 @@ constexpr const char *kNotMovementOnly =
 llvm::raw_ostream *lineStream = &llvm::outs();
 llvm::raw_ostream &out() { return *lineStream; }
 
-bool multiProcess() { return backend == "mpi"; }
+/// Whether an MPI launcher (mpirun, srun with PMI/PMIx) started this
+/// process as one rank of a job.
+bool launchedAsRank() {
+  for (const char *variable :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "MPI_LOCALNRANKS"})
+    if (std::getenv(variable))
+      return true;
+  return false;
+}
+
+/// A run over several processes: --backend=mpi, or --backend=nccl started
+/// by an MPI launcher (one process per host or per GPU).
+bool multiProcess() {
+  return backend == "mpi" || (backend == "nccl" && launchedAsRank());
+}
 
 #if POLYMESH_HAVE_MPI
 /// The job's processes; set by main() before anything runs.
 std::unique_ptr<runtime::MpiWorld> mpiWorld;
 /// Which rank runs which device, the same for every function.
 runtime::DeviceOwnership ownership;
+
+#if POLYMESH_HAVE_NCCL
+/// --backend=nccl over several processes: NCCL's unique ids go through an
+/// MPI store; simulated GPUs of all processes are connected by an MPI
+/// channel of their own.
+std::shared_ptr<runtime::MpiStore> ncclStore;
+
+class MpiFakeNcclTransport final : public runtime::FakeNcclTransport {
+public:
+  explicit MpiFakeNcclTransport(std::unique_ptr<runtime::MpiChannel> channel)
+      : channel(std::move(channel)) {}
+  int process() const override { return channel->rank(); }
+  int numProcesses() const override { return channel->size(); }
+  absl::Status send(int to, std::string message) override {
+    return channel->send(to, std::move(message));
+  }
+  absl::StatusOr<std::optional<std::string>> poll() override {
+    auto received = channel->poll();
+    if (!received.ok())
+      return received.status();
+    if (!*received)
+      return std::optional<std::string>();
+    return std::optional<std::string>(std::move((*received)->message));
+  }
+
+private:
+  std::unique_ptr<runtime::MpiChannel> channel;
+};
+
+/// Opens what a multi-process NCCL run needs (collective over the ranks).
+LogicalResult connectNcclProcesses() {
+  absl::StatusOr<std::unique_ptr<runtime::MpiChannel>> storeChannel =
+      runtime::MpiChannel::create(*mpiWorld);
+  absl::StatusOr<std::unique_ptr<runtime::MpiChannel>> fakeChannel =
+      runtime::MpiChannel::create(*mpiWorld);
+  for (const absl::Status &status :
+       {storeChannel.status(), fakeChannel.status()})
+    if (!status.ok()) {
+      llvm::errs() << "error: --backend=nccl: " << std::string(status.message())
+                   << "\n";
+      return failure();
+    }
+  ncclStore = std::make_shared<runtime::MpiStore>(std::move(*storeChannel));
+  if (simulateGpus)
+    runtime::FakeNccl::connect(
+        std::make_shared<MpiFakeNcclTransport>(std::move(*fakeChannel)));
+  return success();
+}
+
+/// This process's first CUDA device: ranks on one host take consecutive
+/// blocks of its GPUs (one rank per GPU, or one rank for all of them).
+int firstCudaDevice() {
+  for (const char *variable :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char *value = std::getenv(variable))
+      return std::atoi(value) * static_cast<int>(ownership.perRank);
+  return 0;
+}
+
+/// Runs CUDA-lowered code with this process's share of the devices.
+void useNcclProcesses(ShardedRunnerOptions &options) {
+  int rank = mpiWorld->rank();
+  options.runsDevice = [rank](int64_t device) {
+    return ownership.ownerOf(device) == rank;
+  };
+  options.createRuntime = [rank](const std::vector<int64_t> &devices,
+                                 int64_t timeoutMs, int64_t runIndex) {
+    runtime::CodegenRuntimeOptions run;
+    run.worldDevices = devices;
+    for (int64_t device : devices)
+      if (ownership.ownerOf(device) == rank)
+        run.localDevices.push_back(device);
+    run.store = ncclStore;
+    run.storePrefix = "polymesh/nccl/run" + std::to_string(runIndex);
+    run.timeoutMs = timeoutMs;
+    if (simulateGpus)
+      return runtime::createSimulatedCodegenRuntime(run);
+    run.firstCudaDevice = firstCudaDevice();
+    return runtime::createCodegenRuntime(run);
+  };
+}
+#endif
 
 /// Every rank must run the same program with the same options, or their
 /// runs would wait on each other for transfers that never come.
@@ -552,7 +649,7 @@ BackendFactory backendFactory() {
 ShardedRunnerOptions shardedOptions() {
   ShardedRunnerOptions options;
 #if POLYMESH_HAVE_MPI
-  if (multiProcess())
+  if (backend == "mpi")
     useMpiBackend(options, *mpiWorld, ownership,
                   absl::Seconds(std::max(1, mpiTimeoutSeconds.getValue())));
 #endif
@@ -560,6 +657,12 @@ ShardedRunnerOptions shardedOptions() {
   if (backend == "nccl") {
     useCudaTarget(options, simulateGpus);
     options.timeoutMs = 60000;
+#if POLYMESH_HAVE_MPI
+    if (multiProcess()) {
+      useNcclProcesses(options);
+      options.timeoutMs = 1000 * std::max(1, mpiTimeoutSeconds.getValue());
+    }
+#endif
   }
 #endif
   return options;
@@ -794,6 +897,22 @@ enum class Outcome { Passed, Failed, Skipped };
 /// GPUs of this machine under --backend=nccl (not simulated); -1 otherwise.
 int localGpus = -1;
 
+/// The GPUs a run over `devices` needs on one machine: one per device, or
+/// with several processes one per device of the process that owns the
+/// most (the same answer in every process, so that all skip together).
+int64_t gpusNeeded(llvm::ArrayRef<int64_t> devices) {
+#if POLYMESH_HAVE_MPI
+  if (multiProcess()) {
+    std::map<int, int64_t> perRank;
+    int64_t most = 0;
+    for (int64_t device : devices)
+      most = std::max(most, ++perRank[ownership.ownerOf(device)]);
+    return most;
+  }
+#endif
+  return static_cast<int64_t>(devices.size());
+}
+
 Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
                     func::FuncOp func, func::FuncOp planned) {
   llvm::StringRef name = func.getSymName();
@@ -828,11 +947,12 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
   // of the program, and is not a pass either.
   if (verifyResults && sharded && localGpus >= 0) {
     if (auto function = sharded->getFunction(name);
-        function &&
-        static_cast<int64_t>(function->devices.size()) > localGpus) {
+        function && gpusNeeded(function->devices) > localGpus) {
       out() << ", reference " << llvm::format("%.3f", ms)
-            << " ms, SKIPPED: needs " << function->devices.size()
-            << " GPUs (one per device), this machine has " << localGpus << "\n";
+            << " ms, SKIPPED: needs " << gpusNeeded(function->devices)
+            << " GPUs (one per device"
+            << (multiProcess() ? " of the busiest process" : "")
+            << "), this machine has " << localGpus << "\n";
       return Outcome::Skipped;
     } else if (!function) {
       llvm::consumeError(function.takeError());
@@ -925,13 +1045,14 @@ int runMain() {
     return 1;
   }
   if (devicesPerProcess != 0 && (!multiProcess() || devicesPerProcess < 0)) {
-    llvm::errs() << "error: --devices-per-process needs --backend=mpi and a "
+    llvm::errs() << "error: --devices-per-process needs several processes "
+                    "(--backend=mpi, or --backend=nccl under mpirun) and a "
                     "positive count\n";
     return 1;
   }
   if (multiProcess() && shardedPath == ShardedPath::Executor) {
     llvm::errs() << "error: --sharded-path=executor runs in one process; "
-                    "--backend=mpi runs the partitioned program\n";
+                    "several processes run the partitioned program\n";
     return 1;
   }
   if (simulateGpus && backend != "nccl") {
@@ -1123,10 +1244,15 @@ int main(int argc, char **argv) {
       return 1;
     }
     mpiWorld = std::move(*world);
+#if POLYMESH_HAVE_NCCL
+    if (backend == "nccl" && failed(connectNcclProcesses()))
+      return 1;
+#endif
 #else
-    llvm::errs() << "error: --backend=mpi: this build has no MPI backend "
-                    "(install Open MPI, utils/install-deps.sh, and "
-                    "reconfigure)\n";
+    llvm::errs() << "error: --backend=" << backend
+                 << ": several processes need the MPI backend, which this "
+                    "build has not (install Open MPI, utils/install-deps.sh, "
+                    "and reconfigure)\n";
     return 1;
 #endif
   }
@@ -1134,6 +1260,11 @@ int main(int argc, char **argv) {
   int code = polymesh::runWithLargeStack(runMain);
 #if POLYMESH_HAVE_MPI
   llvm::outs().flush();
+  // What talks over MPI goes before MPI is finalized.
+#if POLYMESH_HAVE_NCCL
+  ncclStore.reset();
+  runtime::FakeNccl::connect(nullptr);
+#endif
   mpiWorld.reset();
 #endif
   return code;

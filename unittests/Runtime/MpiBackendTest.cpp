@@ -13,7 +13,8 @@
 // bit, as the loopback backend gives), and the failure modes: a size that
 // does not match, a receive nobody sends (a timeout naming the peer and its
 // rank, the other ranks aborted with that rank's message), devices no
-// process owns.
+// process owns. Also the MPI store that carries NCCL's unique ids between
+// processes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -465,6 +466,41 @@ TEST(MpiErrors, ReceiveNobodySendsTimesOutAndAbortsTheOtherRanks) {
     EXPECT_THAT(status.message(),
                 HasSubstr(absl::StrCat("recv from device ", last, " (rank ",
                                        lastRank, ")")));
+}
+
+//===----------------------------------------------------------------------===//
+// MpiStore
+//===----------------------------------------------------------------------===//
+
+TEST(MpiStore, EveryRankReadsWhatAnyRankSet) {
+  auto channel = MpiChannel::create(*world);
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  MpiStore store(*std::move(channel));
+  // Every rank sets its own key (binary values with zero bytes included)
+  // and reads everybody's, in an order that makes some wait.
+  std::string mine = absl::StrCat("id-of-", world->rank());
+  mine.push_back('\0');
+  mine += std::string(128, static_cast<char>(world->rank() + 1));
+  ASSERT_TRUE(store.set(absl::StrCat("comm/", world->rank()), mine).ok());
+  for (int r = world->size() - 1; r >= 0; --r) {
+    absl::StatusOr<std::string> value =
+        store.get(absl::StrCat("comm/", r), absl::Seconds(30));
+    ASSERT_TRUE(value.ok()) << value.status();
+    std::string expected = absl::StrCat("id-of-", r);
+    expected.push_back('\0');
+    expected += std::string(128, static_cast<char>(r + 1));
+    EXPECT_EQ(*value, expected);
+  }
+  // A key is set once.
+  EXPECT_TRUE(absl::IsAlreadyExists(
+      store.set(absl::StrCat("comm/", world->rank()), "again")));
+  // Nobody sets this one: the wait ends at its deadline, naming the key.
+  absl::StatusOr<std::string> missing =
+      store.get("never/set", absl::Milliseconds(200));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(missing.status()));
+  EXPECT_THAT(missing.status().message(), HasSubstr("\"never/set\""));
+  EXPECT_THAT(store.describe(), HasSubstr("MPI store"));
+  expectAllRanksOk(absl::OkStatus());
 }
 
 } // namespace

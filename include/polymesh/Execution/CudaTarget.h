@@ -20,9 +20,10 @@ namespace polymesh::execution {
 /// process (kernels interpreted on the host).
 inline void useCudaTarget(ShardedRunnerOptions &options, bool simulated) {
   options.target = ShardedTarget::Cuda;
-  options.cuda.createRuntime = simulated
-                                   ? runtime::createSimulatedCodegenRuntime
-                                   : polymesh_rt_create_nccl;
+  PolymeshRuntime *(*simulatedRuntime)(const int64_t *, int64_t, int64_t) =
+      runtime::createSimulatedCodegenRuntime;
+  options.cuda.createRuntime =
+      simulated ? simulatedRuntime : polymesh_rt_create_nccl;
   options.cuda.alloc = polymesh_rt_device_alloc;
   options.cuda.free = polymesh_rt_device_free;
   options.cuda.upload = polymesh_rt_device_upload;

@@ -18,7 +18,7 @@ namespace polymesh::execution {
 /// devices `ownership` gives this rank of `world` (only their classes are
 /// compiled, only their tiles come back), over an MPI backend whose waits
 /// last at most `timeout`. Every rank must make the same runs in the same
-/// order (each run takes the world's next epoch).
+/// order (a run's index names its messages).
 inline void useMpiBackend(ShardedRunnerOptions &options,
                           runtime::MpiWorld &world,
                           runtime::DeviceOwnership ownership,
@@ -27,13 +27,13 @@ inline void useMpiBackend(ShardedRunnerOptions &options,
   options.runsDevice = [ownership, rank](int64_t device) {
     return ownership.ownerOf(device) == rank;
   };
-  options.createHostRuntime = [&world, ownership,
-                               timeout](const std::vector<int64_t> &devices,
-                                        int64_t) {
+  options.createRuntime = [&world, ownership,
+                           timeout](const std::vector<int64_t> &devices,
+                                    int64_t, int64_t runIndex) {
     runtime::MpiOptions mpi;
     mpi.timeout = timeout;
     mpi.ownership = ownership;
-    mpi.epoch = world.nextEpoch();
+    mpi.epoch = runIndex;
     return runtime::wrapBackend(
         runtime::MpiBackend::create(world, devices, mpi));
   };

@@ -127,15 +127,19 @@ struct ShardedRunnerOptions {
 
   /// Multi-process runs (docs/multi-process.md). The devices this process
   /// runs; null: every device. Class functions that none of them runs are
-  /// not lowered or compiled, and a run gives back only their tiles.
+  /// not compiled to machine code, a run gives back only their tiles, and a
+  /// run of a function none of whose devices runs here makes no runtime.
   std::function<bool(int64_t)> runsDevice;
-  /// Creates the host runtime of a run over all of a function's devices
-  /// (ShardedTarget::Cpu) instead of a loopback one; never null. Its
-  /// Backend::devices() must be the devices of the list that runsDevice
-  /// accepts: those are the threads of this process.
+  /// Creates the runtime of a run over all of a function's devices
+  /// instead of the target's own (a loopback one for the CPU,
+  /// cuda.createRuntime for CUDA); never null. Its Backend::devices() must
+  /// be the devices of the list that runsDevice accepts: those are the
+  /// threads of this process. `runIndex` counts the runner's run() calls
+  /// before this one: processes that make the same runs agree on it, so it
+  /// can name the run (MPI tags, NCCL's store keys).
   std::function<PolymeshRuntime *(const std::vector<int64_t> &devices,
-                                  int64_t timeoutMs)>
-      createHostRuntime;
+                                  int64_t timeoutMs, int64_t runIndex)>
+      createRuntime;
 };
 
 /// One local program of a partitioned function: the devices that run it and
@@ -216,6 +220,8 @@ private:
   llvm::StringMap<ShardedFunction> functions;
   /// Per function: the JIT module that holds its class functions.
   llvm::StringMap<JitModule *> jitOf;
+  /// run() calls so far (ShardedRunnerOptions::createRuntime's runIndex).
+  int64_t runsMade = 0;
   /// Per function that cannot run: why.
   llvm::StringMap<std::string> unavailable;
 };

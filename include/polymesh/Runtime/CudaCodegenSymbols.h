@@ -1,5 +1,4 @@
-//===- CudaCodegenSymbols.h - What CUDA-lowered code links against -*- C++
-//-*-===//
+//===- CudaCodegenSymbols.h - What CUDA-lowered code links against C++ -*-===//
 //
 // Part of Polymesh. Implemented by PolymeshRuntimeNccl (and, for simulated
 // GPUs, PolymeshRuntimeNcclFake).
@@ -17,12 +16,37 @@
 #define POLYMESH_RUNTIME_CUDACODEGENSYMBOLS_H
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 struct PolymeshRuntime;
 
 namespace polymesh::runtime {
+
+class Store;
+
+/// The runtime of one run of CUDA-lowered code whose devices may live in
+/// several processes (one per host or per GPU).
+struct CodegenRuntimeOptions {
+  /// Every device of the run, the same list in every process.
+  std::vector<int64_t> worldDevices;
+  /// The devices this process drives, on its CUDA devices firstCudaDevice,
+  /// firstCudaDevice + 1, ... in this order. Empty: all of worldDevices.
+  std::vector<int64_t> localDevices;
+  int firstCudaDevice = 0;
+  /// Carries NCCL's unique ids between the processes; required when some
+  /// device is not local. Keys start with storePrefix, which must differ
+  /// between the runs that share a store.
+  std::shared_ptr<Store> store;
+  std::string storePrefix = "polymesh/nccl";
+  /// The longest any wait lasts (0: the backend's default).
+  int64_t timeoutMs = 0;
+};
+
+/// A runtime over the real CUDA and NCCL (PolymeshRuntimeNccl); never null
+/// (a failed runtime says why in polymesh_rt_last_error).
+PolymeshRuntime *createCodegenRuntime(const CodegenRuntimeOptions &options);
 
 struct CodegenSymbol {
   std::string name;
@@ -42,6 +66,10 @@ std::vector<CodegenSymbol> simulatedCudaCodegenSymbols();
 PolymeshRuntime *createSimulatedCodegenRuntime(const int64_t *deviceIds,
                                                int64_t numDevices,
                                                int64_t timeoutMs);
+/// The same over simulated GPUs, one per local device. With several
+/// processes, their simulations must be connected first (FakeNccl::connect).
+PolymeshRuntime *
+createSimulatedCodegenRuntime(const CodegenRuntimeOptions &options);
 
 } // namespace polymesh::runtime
 

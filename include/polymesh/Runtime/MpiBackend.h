@@ -44,6 +44,7 @@
 #define POLYMESH_RUNTIME_MPIBACKEND_H
 
 #include "polymesh/Runtime/Runtime.h"
+#include "polymesh/Runtime/Store.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,6 +52,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +103,58 @@ private:
   int numRanks = 1;
   absl::Duration waitLimit;
   int64_t epochs = 0;
+};
+
+/// Messages of any size between the processes of the world, on a
+/// communicator of their own: sends do not block, receives are polled. All
+/// methods may be called from several threads at once. Creating a channel
+/// is collective: every rank creates its channels in the same order.
+class MpiChannel {
+public:
+  static absl::StatusOr<std::unique_ptr<MpiChannel>> create(MpiWorld &world);
+  /// Waits a moment for sends still in flight, then frees the communicator.
+  ~MpiChannel();
+
+  int rank() const { return rankId; }
+  int size() const { return numRanks; }
+
+  /// Sends `message` to rank `to` (not this one); the channel keeps it
+  /// until MPI is done with it. Messages from one rank to another arrive in
+  /// order.
+  absl::Status send(int to, std::string message);
+  /// A message that arrived, from any rank: (sender, message).
+  struct Received {
+    int from = 0;
+    std::string message;
+  };
+  absl::StatusOr<std::optional<Received>> poll();
+
+  struct State;
+
+private:
+  explicit MpiChannel(std::unique_ptr<State> state);
+  std::unique_ptr<State> state;
+  int rankId = 0;
+  int numRanks = 1;
+};
+
+/// A Store (Store.h) over an MpiChannel: a set is sent to every other rank
+/// of the world, a get polls the channel until the key came. For NCCL's
+/// unique ids when the processes of a run are the ranks of an MPI job: no
+/// server, no address, any number of hosts.
+class MpiStore final : public Store {
+public:
+  explicit MpiStore(std::unique_ptr<MpiChannel> channel);
+  ~MpiStore() override;
+  absl::Status set(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> get(absl::string_view key,
+                                  absl::Duration timeout) override;
+  std::string describe() const override;
+
+  struct State;
+
+private:
+  std::unique_ptr<State> state;
 };
 
 /// Which process owns which device.
