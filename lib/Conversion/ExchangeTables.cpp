@@ -174,13 +174,15 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
     }
   };
   for (const planner::Segment &segment : s.segments) {
+    bool sendRecv = segment.method == planner::SegmentMethod::SendRecv;
     for (int64_t p = 0; p < numDevices; ++p) {
       const planner::DeviceSegment &mine = segment.perDevice[p];
-      int64_t numCopies = copies.size() / copyColumns;
-      ranges.push_back(numCopies);
+      int64_t range[kRangeColumns];
+      range[kBeforeBegin] = copies.size() / copyColumns;
       addCopies(mine.before);
-      ranges.push_back(copies.size() / copyColumns);
-      ranges.push_back(comms.size() / kCommColumns);
+      range[kBeforeEnd] = copies.size() / copyColumns;
+      range[kCommBegin] = comms.size() / kCommColumns;
+      int64_t packed = range[kBeforeBegin];
       for (const planner::CommRow &row : mine.comm) {
         int64_t rank;
         if (isCollective(segment.method))
@@ -188,14 +190,22 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
               llvm::find(segment.members, row.peer) - segment.members.begin();
         else
           rank = llvm::lower_bound(devices, row.peer) - devices.begin();
+        // Pack ranges mean something in send/recv segments only (0, 0
+        // elsewhere).
+        int64_t packsBegin = sendRecv ? packed : 0;
+        if (sendRecv)
+          packed = std::max(packed, range[kBeforeBegin] + row.packsBefore);
         comms.insert(comms.end(), {static_cast<int64_t>(row.kind), row.peer,
                                    row.stagingOffset, row.bytes, rank,
-                                   static_cast<int64_t>(row.space)});
+                                   static_cast<int64_t>(row.space), packsBegin,
+                                   sendRecv ? packed : 0});
       }
-      ranges.push_back(comms.size() / kCommColumns);
-      ranges.push_back(copies.size() / copyColumns);
+      range[kCommEnd] = comms.size() / kCommColumns;
+      range[kPackedEnd] = packed;
+      range[kAfterBegin] = copies.size() / copyColumns;
       addCopies(mine.after);
-      ranges.push_back(copies.size() / copyColumns);
+      range[kAfterEnd] = copies.size() / copyColumns;
+      ranges.insert(ranges.end(), range, range + kRangeColumns);
     }
   }
   std::string prefix = "__polymesh_" + planName;

@@ -52,6 +52,10 @@ enum RangeColumn : int64_t {
   kCommEnd,
   kAfterBegin,
   kAfterEnd,
+  /// SendRecv segments: the end of the `before` rows that some call needs
+  /// first (kPacksBegin/kPacksEnd); the rows from here to kBeforeEnd may
+  /// run after the calls are posted.
+  kPackedEnd,
   kRangeColumns
 };
 /// Columns of a communication row: the peer (or broadcast root) as a device
@@ -68,6 +72,11 @@ enum CommColumn : int64_t {
   /// Where the bytes are (planner::BufferSpace): staging, or the source or
   /// destination tile for boxes sent or received in place.
   kSpace,
+  /// SendRecv segments: the copy rows to run right before this call
+  /// (CommRow::packsBefore, as rows of the copy table), so that each box
+  /// leaves as soon as it is packed.
+  kPacksBegin,
+  kPacksEnd,
   kCommColumns
 };
 

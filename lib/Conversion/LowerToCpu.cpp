@@ -266,33 +266,44 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
     auto range = [&](int64_t c) {
       return e.toIndex(e.load(ranges, {rangeRow, e.index(c)}));
     };
-    runCopies(range(kBeforeBegin), range(kBeforeEnd));
+    bool sendRecv = segment.method == planner::SegmentMethod::SendRecv;
+    // Send/recv segments pack each box right before its send, inside the
+    // group, so that it leaves while the next one is packed; the copies no
+    // call waits for run once every call is posted.
+    if (!sendRecv || !comms)
+      runCopies(range(kBeforeBegin), range(kBeforeEnd));
     if (comms) {
       Value begin = range(kCommBegin), end = range(kCommEnd);
       auto commColumn = [&](Value row, int64_t c) {
         return e.load(comms, {row, e.index(c)});
       };
-      if (segment.method == planner::SegmentMethod::SendRecv) {
+      if (sendRecv) {
         Value any = arith::CmpIOp::create(
             builder, loc, arith::CmpIPredicate::slt, begin, end);
-        e.ifThenElse(any, [&]() {
-          e.call(groupStart, {runtime, device});
-          e.loop(begin, end, [&](Value row) {
-            Value peer = commColumn(row, kPeer);
-            Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
-                                       commColumn(row, kStagingOffset)));
-            Value bytes = commColumn(row, kBytes);
-            e.ifThenElse(
-                e.eq(commColumn(row, kCommKind), 0),
-                [&]() {
-                  e.call(sendFn, {runtime, device, peer, at, bytes});
-                },
-                [&]() {
-                  e.call(recvFn, {runtime, device, peer, at, bytes});
-                });
-          });
-          e.call(groupEnd, {runtime, device});
-        });
+        e.ifThenElse(
+            any,
+            [&]() {
+              e.call(groupStart, {runtime, device});
+              e.loop(begin, end, [&](Value row) {
+                runCopies(e.toIndex(commColumn(row, kPacksBegin)),
+                          e.toIndex(commColumn(row, kPacksEnd)));
+                Value peer = commColumn(row, kPeer);
+                Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
+                                           commColumn(row, kStagingOffset)));
+                Value bytes = commColumn(row, kBytes);
+                e.ifThenElse(
+                    e.eq(commColumn(row, kCommKind), 0),
+                    [&]() {
+                      e.call(sendFn, {runtime, device, peer, at, bytes});
+                    },
+                    [&]() {
+                      e.call(recvFn, {runtime, device, peer, at, bytes});
+                    });
+              });
+              runCopies(range(kPackedEnd), range(kBeforeEnd));
+              e.call(groupEnd, {runtime, device});
+            },
+            [&]() { runCopies(range(kBeforeBegin), range(kBeforeEnd)); });
       } else if (segment.method == planner::SegmentMethod::Broadcast) {
         int64_t numMembers = segment.members.size();
         Value members =

@@ -757,20 +757,25 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
                         eb, schedule.outerDims));
             continue;
           }
-          segment.perDevice[*srcPos].comm.push_back(
-              {CommKind::Send, dst, sentFrom, bytes, sentFromSpace});
+          DeviceSegment &sender = segment.perDevice[*srcPos];
+          sender.comm.push_back({CommKind::Send, dst, sentFrom, bytes,
+                                 sentFromSpace,
+                                 static_cast<int64_t>(sender.before.size())});
           // A plain copy of a box that is one run of the destination tile
           // is received in place, when nothing in the phase reads that
           // buffer or adds into it.
           if (writeKind == CopyKind::Copy && !sums && contiguousIn(to, box) &&
               !read.count({dstPos, transfer.dstBuffer})) {
-            receiver.comm.push_back({CommKind::Recv, transfer.srcDevice,
-                                     target.offset, bytes, target.space});
+            receiver.comm.push_back(
+                {CommKind::Recv, transfer.srcDevice, target.offset, bytes,
+                 target.space, static_cast<int64_t>(receiver.before.size())});
             continue;
           }
           int64_t at = stage(dstPos, bytes);
           receiver.comm.push_back(
-              {CommKind::Recv, transfer.srcDevice, at, bytes});
+              {CommKind::Recv, transfer.srcDevice, at, bytes,
+               BufferSpace::Staging,
+               static_cast<int64_t>(receiver.before.size())});
           receiver.after.push_back(makeRow(writeKind, inStaging(at, box, eb),
                                            target, box, eb,
                                            schedule.outerDims));

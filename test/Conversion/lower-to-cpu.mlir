@@ -18,7 +18,7 @@ polymesh.mesh @train = <["dp"=4, "tp"=2]>
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members2(dense<[1, 3, 5, 7]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranges(
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_copies(dense<{{\[\[}}0, 0, 0, 1, 0, 1024, 1, 0, 0], [0, 0, 0, 1, 0, 1024, 1, 0, 0]]> : tensor<2x9xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 0], [2, 0, 0, 1024, 0, 1], [2, 0, 0, 1024, 0, 1], [2, 0, 0, 1024, 0, 1], [2, 1, 0, 1024, 0, 0], [2, 1, 0, 1024, 0, 1], [2, 1, 0, 1024, 0, 1], [2, 1, 0, 1024, 0, 1]]> : tensor<8x6xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 0, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 0, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0]]> : tensor<8x8xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<0> : tensor<8xi64>)
 // CHECK-DAG: llvm.func @polymesh_rt_broadcast(!llvm.ptr, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-LABEL: llvm.func @restore__part0(
@@ -32,6 +32,30 @@ polymesh.mesh @train = <["dp"=4, "tp"=2]>
 func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@replica0, [{}, {"tp"}]>})
     -> (tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@train, [{}, {"tp"}]>}) {
   return %a : tensor<16x32xf32>
+}
+
+// -----
+
+// Rows to columns across meshes: every box is packed out of its row tile
+// (it is not one run there) right before its send, inside the group, so
+// that it leaves while the next box is packed. The comms table's last two
+// columns are the copy rows to run before each call: device 0 packs copy
+// row 0 before its send to device 2 and row 1 before its send to device 3,
+// device 1 rows 2 and 3; the receivers (kind 1) take each box in place (one
+// run of a column tile), with nothing to pack.
+polymesh.mesh @rows = <["x"=2], device_ids=[0, 1]>
+polymesh.mesh @cols = <["y"=2], device_ids=[2, 3]>
+
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_transpose__plan0_comms(dense<{{\[\[}}0, 2, 0, 64, 2, 2, 0, 1], [0, 3, 64, 64, 3, 2, 1, 2], [0, 2, 0, 64, 2, 2, 2, 3], [0, 3, 64, 64, 3, 2, 3, 4], [1, 0, 0, 64, 0, 1, 4, 4], [1, 1, 64, 64, 1, 1, 4, 4], [1, 0, 0, 64, 0, 1, 4, 4], [1, 1, 64, 64, 1, 1, 4, 4]]> : tensor<8x8xi64>)
+// CHECK-LABEL: llvm.func @transpose__part0(
+// CHECK: llvm.call @polymesh_rt_group_start
+// CHECK: "llvm.intr.memcpy"
+// CHECK: llvm.call @polymesh_rt_send
+// CHECK: llvm.call @polymesh_rt_recv
+// CHECK: llvm.call @polymesh_rt_group_end
+func.func @transpose(%x: tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@rows, [{"x"}, {}]>})
+    -> (tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@cols, [{}, {"y"}]>}) {
+  return %x : tensor<8x8xf32>
 }
 
 // -----

@@ -8,7 +8,10 @@
 // it: a small host interpreter gives every device exact source and
 // destination tiles (box extents, row-major, no padding) and a staging
 // buffer, runs each segment as the code would (every device's `before`
-// rows, the communication, every device's `after` rows), and the resulting
+// rows, the communication, every device's `after` rows; in send/recv
+// segments a call's pack rows just before it, and the bytes of a send
+// taken when it is made, the rest of the `before` rows after every message
+// landed), and the resulting
 // destination tiles must equal the simulator's for the same plan, element
 // by element. The interpreter works on bytes: an element of `elementBytes`
 // bytes holds the low bytes of the simulator's int64 value, and accumulation
@@ -356,9 +359,34 @@ private:
     return AssertionSuccess();
   }
 
+  /// Runs device p's `before` rows up to `upto`, from where it stopped.
+  AssertionResult runBeforeRows(size_t p, int64_t upto,
+                                std::vector<size_t> &ran) {
+    const std::vector<CopyRow> &rows = segment_->perDevice[p].before;
+    if (upto < static_cast<int64_t>(ran[p]) ||
+        upto > static_cast<int64_t>(rows.size()))
+      return AssertionFailure()
+             << "device " << devices_[p].id << " has a call that needs " << upto
+             << " before rows, after " << ran[p] << " of " << rows.size();
+    for (; ran[p] < static_cast<size_t>(upto); ++ran[p]) {
+      AssertionResult result = runCopy(p, rows[ran[p]]);
+      if (!result)
+        return result << " (before rows of device " << devices_[p].id << ")";
+    }
+    return AssertionSuccess();
+  }
+
+  /// Send/recv segments run in the order the generated code may take,
+  /// made as adversarial as it allows: each device runs its `before` rows
+  /// only up to a call's packsBefore before the call, a send's bytes are
+  /// taken when it is made, every message lands before any device runs the
+  /// rest of its `before` rows. A schedule whose sends need later rows, or
+  /// whose later rows read what is received, fails the comparison.
   AssertionResult runSendRecv() {
     using Pair = std::pair<size_t, size_t>; // sender, receiver positions
     std::map<Pair, std::vector<const CommRow *>> sends, recvs;
+    std::map<const CommRow *, std::vector<uint8_t>> sentBytes;
+    std::vector<size_t> ran(devices_.size(), 0);
     for (size_t p = 0; p < devices_.size(); ++p) {
       // Ranges a grouped call reads or writes on this device: receives must
       // not overlap anything else in the group.
@@ -375,8 +403,18 @@ private:
         AssertionResult range = checkCommRange(p, row);
         if (!range)
           return range;
+        if (AssertionResult packed = runBeforeRows(p, row.packsBefore, ran);
+            !packed)
+          return packed;
         Span span{row.space, row.stagingOffset, row.stagingOffset + row.bytes};
         if (row.kind == CommKind::Send) {
+          if (row.space == BufferSpace::Staging &&
+              !allValid(devices_[p], row.stagingOffset, row.bytes))
+            return AssertionFailure()
+                   << devices_[p].id << " sends staging it did not pack";
+          std::vector<uint8_t> &from = buffer(devices_[p], row.space);
+          sentBytes[&row].assign(from.begin() + row.stagingOffset,
+                                 from.begin() + row.stagingOffset + row.bytes);
           sends[{p, peer->second}].push_back(&row);
           sent.push_back(span);
         } else {
@@ -429,16 +467,7 @@ private:
                  << "message " << m << " from " << sender.id << " to "
                  << devices_[pair.second].id << ": " << send.bytes
                  << " bytes sent, " << recv.bytes << " received";
-        if (send.space == BufferSpace::Staging &&
-            !allValid(sender, send.stagingOffset, send.bytes))
-          return AssertionFailure()
-                 << sender.id << " sends staging it did not pack";
-        std::vector<uint8_t> &from = buffer(devices_[pair.first], send.space);
-        messages.push_back(
-            {pair.second, &recv,
-             std::vector<uint8_t>(from.begin() + send.stagingOffset,
-                                  from.begin() + send.stagingOffset +
-                                      send.bytes)});
+        messages.push_back({pair.second, &recv, sentBytes.at(&send)});
         stats_.sendBytes += send.bytes;
       }
     }
@@ -453,6 +482,12 @@ private:
                   1);
       stats_.recvBytes += recv->bytes;
     }
+    for (size_t p = 0; p < devices_.size(); ++p)
+      if (AssertionResult rest = runBeforeRows(
+              p, static_cast<int64_t>(segment_->perDevice[p].before.size()),
+              ran);
+          !rest)
+        return rest;
     return AssertionSuccess();
   }
 
@@ -682,13 +717,16 @@ private:
       segmentStaging_[p] = bytes;
       devices_[p].valid.assign(devices_[p].staging.size(), 0);
     }
-    for (size_t p = 0; p < devices_.size(); ++p)
-      for (const CopyRow &row : segment_->perDevice[p].before) {
-        AssertionResult result = runCopy(p, row);
-        if (!result)
-          return result << " (" << where << ", before rows of device "
-                        << devices_[p].id << ")";
-      }
+    // Send/recv segments interleave their `before` rows with their calls
+    // (runSendRecv).
+    if (segment_->method != SegmentMethod::SendRecv)
+      for (size_t p = 0; p < devices_.size(); ++p)
+        for (const CopyRow &row : segment_->perDevice[p].before) {
+          AssertionResult result = runCopy(p, row);
+          if (!result)
+            return result << " (" << where << ", before rows of device "
+                          << devices_[p].id << ")";
+        }
     AssertionResult comm = AssertionSuccess();
     switch (segment_->method) {
     case SegmentMethod::Local:

@@ -87,6 +87,11 @@ struct CommRow {
   int64_t stagingOffset = 0;
   int64_t bytes = 0;
   BufferSpace space = BufferSpace::Staging;
+  /// SendRecv segments: the device's `before` rows [0, packsBefore) have to
+  /// run before this call; the others may run after it, so that a send
+  /// leaves while the next box is packed. Non-decreasing over a device's
+  /// rows. (Nothing a call receives is read by a `before` row.)
+  int64_t packsBefore = 0;
 };
 
 /// How a segment communicates; the same on every device.
