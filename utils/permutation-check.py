@@ -2,11 +2,15 @@
 """Order-independence check for --polymesh-propagate.
 
 Generates random multi-mesh programs (seeded), runs the pass on each program
-and on copies whose arguments and results are permuted, and checks that
-every leaf (named by its polymesh.leaf path) gets the same sharding and that
-every op gets the same placement whatever the order.
+and on copies whose arguments and results are permuted (and the operands of
+commutative ops swapped), and checks that every leaf (named by its
+polymesh.leaf path) gets the same sharding and that every op gets the same
+placement whatever the order. With --controls the programs also carry user
+priorities on dimension shardings (`{"a"}p1`), sharding groups and
+propagation barriers.
 
 usage: permutation-check.py POLYMESH_OPT [--programs N] [--perms K] [--seed S]
+                            [--controls]
 """
 import argparse
 import random
@@ -25,7 +29,7 @@ SHAPE = (16, 16)
 TYPE = 'tensor<16x16xf32>'
 
 
-def random_sharding(rng):
+def random_sharding(rng, priorities=False):
     name, _, axes = rng.choice(MESHES)
     free = list(axes)
     rng.shuffle(free)
@@ -34,16 +38,26 @@ def random_sharding(rng):
         take = rng.randint(0, min(2, len(free)))
         dims.append(free[:take])
         free = free[take:]
-    text = ', '.join('{%s}' % ', '.join('"%s"' % a for a in d) for d in dims)
+    text = ', '.join(
+        '{%s}%s' % (', '.join('"%s"' % a for a in d),
+                    'p%d' % rng.randint(0, 2)
+                    if priorities and rng.random() < 0.5 else '')
+        for d in dims)
     return '#polymesh.sharding<@%s, [%s]>' % (name, text)
 
 
-def random_program(rng):
-    """Returns (args, body lines, results) with symbolic names."""
+COMMUTATIVE = ('arith.addf', 'arith.mulf')
+
+
+def random_program(rng, controls=False):
+    """Returns (args, body, results) with symbolic names. Body entries are
+    (text, None), or (name, (op, x, y)) for binary ops, rendered with their
+    operands in either order (commutative ones may be swapped)."""
     num_args = rng.randint(2, 5)
     args = []
     for i in range(num_args):
-        sharding = random_sharding(rng) if rng.random() < 0.8 else None
+        sharding = (random_sharding(rng, controls)
+                    if rng.random() < 0.8 else None)
         args.append(('a%d' % i, sharding))
     values = [a for a, _ in args]
     body = []
@@ -53,28 +67,41 @@ def random_program(rng):
         if kind < 0.4:
             x, y = rng.choice(values), rng.choice(values)
             op = rng.choice(['arith.addf', 'arith.mulf', 'arith.subf'])
-            body.append('%%%s = %s %%%s, %%%s : %s' % (name, op, x, y, TYPE))
+            body.append((name, (op, x, y)))
         elif kind < 0.7:
             x = rng.choice(values)
             op = rng.choice(['math.exp', 'arith.negf', 'math.sqrt'])
-            body.append('%%%s = %s %%%s : %s' % (name, op, x, TYPE))
+            body.append(('%%%s = %s %%%s : %s' % (name, op, x, TYPE), None))
         elif kind < 0.85:
             x = rng.choice(values)
-            sharding = random_sharding(rng)[len('#polymesh.sharding'):]
-            body.append('%%%s = polymesh.sharding_constraint %%%s %s : %s'
-                        % (name, x, sharding, TYPE))
+            sharding = random_sharding(rng, controls)[len('#polymesh.sharding'):]
+            body.append(('%%%s = polymesh.sharding_constraint %%%s %s : %s'
+                         % (name, x, sharding, TYPE), None))
+        elif controls and kind < 0.92:
+            x = rng.choice(values)
+            direction = rng.choice(['FORWARD', 'BACKWARD', 'BOTH', 'NONE'])
+            body.append(('%%%s = polymesh.propagation_barrier %%%s '
+                         'allowed_direction=%s : %s'
+                         % (name, x, direction, TYPE), None))
         else:
-            body.append('%%%s = arith.constant dense<%d.0> : %s'
-                        % (name, i, TYPE))
+            body.append(('%%%s = arith.constant dense<%d.0> : %s'
+                         % (name, i, TYPE), None))
         values.append(name)
+    if controls:
+        for group in range(rng.randint(0, 2)):
+            for member in rng.sample(values, min(len(values),
+                                                 rng.randint(2, 3))):
+                body.append(('polymesh.sharding_group %%%s group_id=%d : %s'
+                             % (member, group, TYPE), None))
     results = []
     for i in range(rng.randint(1, 5)):
-        declared = random_sharding(rng) if rng.random() < 0.3 else None
+        declared = (random_sharding(rng, controls)
+                    if rng.random() < 0.3 else None)
         results.append(('leaf%d' % i, rng.choice(values), declared))
     return args, body, results
 
 
-def render(args, body, results, arg_order, result_order):
+def render(args, body, results, arg_order, result_order, swapped=()):
     meshes = '\n'.join('polymesh.mesh @%s = <%s>' % (n, m) for n, m, _ in MESHES)
     arg_text = ', '.join(
         '%%%s: %s%s' % (args[i][0], TYPE,
@@ -90,7 +117,13 @@ def render(args, body, results, arg_order, result_order):
     lines = [meshes,
              'func.func @f(%s) -> (%s) attributes {polymesh.ambient_mesh = @m1} {'
              % (arg_text, res_text)]
-    lines += ['  ' + line for line in body]
+    for index, (text, operands) in enumerate(body):
+        if operands:
+            op, x, y = operands
+            if op in COMMUTATIVE and index in swapped:
+                x, y = y, x
+            text = '%%%s = %s %%%s, %%%s : %s' % (text, op, x, y, TYPE)
+        lines.append('  ' + text)
     lines.append('  return %s : %s' % (ret, ret_types))
     lines.append('}')
     return '\n'.join(lines) + '\n'
@@ -120,20 +153,25 @@ def main():
     parser.add_argument('--programs', type=int, default=40)
     parser.add_argument('--perms', type=int, default=4)
     parser.add_argument('--seed', type=int, default=1)
+    parser.add_argument('--controls', action='store_true',
+                        help='priorities, sharding groups and barriers')
     opts = parser.parse_args()
     rng = random.Random(opts.seed)
     failures = 0
     checked = 0
     for program in range(opts.programs):
-        args, body, results = random_program(rng)
+        args, body, results = random_program(rng, opts.controls)
         base = None
         for perm in range(opts.perms + 1):
             arg_order = list(range(len(args)))
             result_order = list(range(len(results)))
+            swapped = set()
             if perm:
                 rng.shuffle(arg_order)
                 rng.shuffle(result_order)
-            text = render(args, body, results, arg_order, result_order)
+                swapped = {i for i in range(len(body)) if rng.random() < 0.5}
+            text = render(args, body, results, arg_order, result_order,
+                          swapped)
             run = subprocess.run([opts.tool, '--polymesh-propagate', '-'],
                                  input=text.encode(), capture_output=True)
             if run.returncode != 0:

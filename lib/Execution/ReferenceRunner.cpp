@@ -190,14 +190,16 @@ void polymesh::execution::registerReferenceDialects(DialectRegistry &registry) {
 LogicalResult polymesh::execution::stripSharding(ModuleOp module) {
   // Collect first: erasing while walking would invalidate the walk.
   llvm::SmallVector<Operation *> identities;
-  llvm::SmallVector<Operation *> meshes;
+  llvm::SmallVector<Operation *> erased;
   Operation *unsupported = nullptr;
   module.walk([&](Operation *op) {
     if (isa<polymesh::ShardingConstraintOp, polymesh::ReshardOp,
-            polymesh::TransferOp>(op)) {
+            polymesh::TransferOp, polymesh::PropagationBarrierOp>(op)) {
       identities.push_back(op);
-    } else if (isa<polymesh::MeshOp>(op)) {
-      meshes.push_back(op);
+    } else if (isa<polymesh::MeshOp, polymesh::ShardingGroupOp>(op)) {
+      // (A group only says how members are placed; like a mesh it has no
+      // meaning without sharding.)
+      erased.push_back(op);
     } else if (isa_and_nonnull<polymesh::PolymeshDialect>(op->getDialect())) {
       unsupported = op;
       return WalkResult::interrupt();
@@ -214,7 +216,7 @@ LogicalResult polymesh::execution::stripSharding(ModuleOp module) {
     op->getResult(0).replaceAllUsesWith(op->getOperand(0));
     op->erase();
   }
-  for (Operation *op : meshes)
+  for (Operation *op : erased)
     op->erase();
 
   module.walk([](Operation *op) {

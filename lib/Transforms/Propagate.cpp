@@ -28,6 +28,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace polymesh {
 #define GEN_PASS_DEF_POLYMESHPROPAGATE
@@ -62,9 +63,23 @@ int64_t elementBytes(Type type) {
 
 /// `current`, or the user's `written` sharding where it is the same one
 /// spelled differently (a maximal `[]`), so annotations print as written.
+/// `sharding` without user priorities: what propagation compares and
+/// derives (priorities live beside it, per dimension).
+ShardingAttr withoutPriorities(ShardingAttr sharding) {
+  if (!sharding || llvm::none_of(sharding.getDims(), [](DimShardingAttr dim) {
+        return dim.getPriority() >= 0;
+      }))
+    return sharding;
+  SmallVector<DimShardingAttr> dims;
+  for (DimShardingAttr dim : sharding.getDims())
+    dims.push_back(dim.withoutPriority());
+  return ShardingAttr::get(sharding.getContext(), sharding.getMeshName(), dims,
+                           sharding.getReplicated(), sharding.getUnreduced());
+}
+
 ShardingAttr asWritten(ShardingAttr current, ShardingAttr written) {
   if (written && current && written != current &&
-      written.withRank(current.getDims().size()) == current)
+      withoutPriorities(written.withRank(current.getDims().size())) == current)
     return written;
   return current;
 }
@@ -76,15 +91,31 @@ ShardingAttr withoutUnreduced(ShardingAttr sharding) {
                            sharding.getDims(), sharding.getReplicated(), {});
 }
 
+/// The priority of a dimension that no user priority reaches: below every
+/// written one.
+constexpr int64_t kUnprioritized = std::numeric_limits<int64_t>::max();
+
 /// One way to place an op: a mesh and the axes of every factor.
 struct Placement {
   FlatSymbolRefAttr meshName;
   MeshAttr mesh;
   FactorAxes axes;
+  /// Per factor, the best user priority among the values it came from.
+  SmallVector<int64_t> factorPriorities;
   SmallVector<ShardingAttr> derived;
+  /// The best priority among the dimensions this placement moves (reshards);
+  /// kUnprioritized when it moves none that a priority reached.
+  int64_t movedPriority = kUnprioritized;
   int64_t cost = 0;
   int64_t shards = 1;
   std::string text;
+};
+
+/// What one value (or several that agree) proposes for an op's factors.
+struct Proposal {
+  FactorAxes axes;
+  /// Per factor: the priority of its axes.
+  SmallVector<int64_t> priorities;
 };
 
 class FunctionPropagator {
@@ -117,12 +148,61 @@ private:
                       cast<RankedTensorType>(value.getType()).getRank()));
   }
   bool assign(Value value, ShardingAttr sharding) {
-    // Rules read one dimension sharding per tensor dimension.
-    sharding =
-        sharding.withRank(cast<RankedTensorType>(value.getType()).getRank());
+    // Rules read one dimension sharding per tensor dimension; priorities
+    // are kept apart (dimPriorities).
+    sharding = withoutPriorities(
+        sharding.withRank(cast<RankedTensorType>(value.getType()).getRank()));
     auto [it, inserted] = known.try_emplace(value, sharding);
     return inserted;
   }
+  /// Places `value` as the user wrote `written`, with its priorities.
+  void seedAnnotation(Value value, ShardingAttr written);
+  /// Places an unplaced `value` with per-dimension `priorities`.
+  bool assignWithPriorities(Value value, ShardingAttr sharding,
+                            ArrayRef<int64_t> priorities) {
+    if (!assign(value, sharding))
+      return false;
+    if (usesPriorities &&
+        llvm::any_of(priorities, [](int64_t p) { return p != kUnprioritized; }))
+      dimPriorities[value].assign(priorities.begin(), priorities.end());
+    return true;
+  }
+  /// The user priority that reached dimension `dim` of `value`.
+  int64_t priorityOf(Value value, unsigned dim) const {
+    auto it = dimPriorities.find(value);
+    if (it == dimPriorities.end() || dim >= it->second.size())
+      return kUnprioritized;
+    return it->second[dim];
+  }
+  /// Whether all of `value`'s axes are on dimensions of a priority that
+  /// the current stage has not reached: it is no source yet (nor is it
+  /// placed again). A value with some visible axes is a source through
+  /// those dimensions only (proposalOf).
+  bool isHidden(Value value) const {
+    if (!usesPriorities || stage == kUnprioritized)
+      return false;
+    ShardingAttr sharding = lookup(value);
+    bool masked = false, visible = false;
+    for (unsigned d = 0, e = sharding.getDims().size(); d < e; ++d) {
+      if (sharding.getDims()[d].getAxes().empty())
+        continue;
+      int64_t priority = priorityOf(value, d);
+      if (priority != kUnprioritized && priority > stage)
+        masked = true;
+      else
+        visible = true;
+    }
+    return masked && !visible;
+  }
+  /// `value`'s proposal for `rule`'s factors at the current stage: its
+  /// dimensions of a priority not yet reached propose nothing.
+  Proposal proposalOf(const FactorRule &rule, unsigned index,
+                      ShardingAttr sharding, MeshAttr mesh);
+  /// Per dimension of value `index`, the best priority among the factors
+  /// that shard it.
+  SmallVector<int64_t> derivedPriorities(const FactorRule &rule, unsigned index,
+                                         const FactorAxes &axes,
+                                         ArrayRef<int64_t> factorPriorities);
 
   /// The op's rule. Ops of one signature (name, operand and result types,
   /// properties) share one rule, computed once. Its values are refreshed on
@@ -148,7 +228,12 @@ private:
 
   void cloneSharedConstants();
   void seed();
+  void sweep(SmallVectorImpl<Operation *> &active);
   bool propagateOnce(Operation *op);
+  bool propagateBarrier(PropagationBarrierOp barrier);
+  bool propagateGroup(ShardingGroupOp group);
+  bool placeBlockedBarriers();
+  bool resolveGroups();
   bool propagateElementwise(Operation *op, const FactorRule &rule);
   bool resolve(Operation *op);
   bool resolveWithoutRule(Operation *op);
@@ -166,7 +251,8 @@ private:
   void extendValue(Value value, ShardingAttr extended);
   void applyPlacement(Operation *op, ArrayRef<Value> values,
                       unsigned numOperands, ArrayRef<ShardingAttr> targets,
-                      bool allowExtension);
+                      bool allowExtension,
+                      ArrayRef<SmallVector<int64_t>> priorities = {});
   Value insertReshardBefore(Operation *user, Value value,
                             ShardingAttr sharding);
   void insertReshardAfter(Value result, ShardingAttr sharding);
@@ -230,21 +316,96 @@ private:
   /// Ops whose results the user annotated.
   llvm::DenseSet<Operation *> pinnedOps;
   static constexpr int64_t kPinnedPenalty = int64_t(1) << 50;
+
+  /// User priorities, when some annotation of the function writes one: per
+  /// placed value, the priority that reached each dimension
+  /// (kUnprioritized: none). Propagation runs in stages, one per written
+  /// priority, best first; at a stage, dimensions of a worse priority are
+  /// not sources yet.
+  bool usesPriorities = false;
+  SmallVector<int64_t> stages;
+  int64_t stage = kUnprioritized;
+  llvm::DenseMap<Value, SmallVector<int64_t, 4>> dimPriorities;
+
+  /// Members of each sharding group, in program order, and the group's
+  /// first op (where its diagnostics point).
+  llvm::MapVector<int64_t, SmallVector<Value>> groups;
+  llvm::DenseMap<int64_t, Operation *> groupOps;
 };
 
+void FunctionPropagator::seedAnnotation(Value value, ShardingAttr written) {
+  int64_t rank = cast<RankedTensorType>(value.getType()).getRank();
+  ShardingAttr full = written.withRank(rank);
+  SmallVector<int64_t> priorities;
+  for (DimShardingAttr dim : full.getDims())
+    priorities.push_back(usesPriorities ? dim.getEffectivePriority()
+                                        : kUnprioritized);
+  assignWithPriorities(value, full, priorities);
+}
+
 void FunctionPropagator::seed() {
+  // Priorities count only where some annotation writes one; otherwise every
+  // decision is as if there were none.
+  std::set<int64_t> written;
+  auto collect = [&](Attribute attr) {
+    auto note = [&](ShardingAttr sharding) {
+      for (DimShardingAttr dim : sharding.getDims()) {
+        written.insert(dim.getEffectivePriority());
+        usesPriorities |= dim.getPriority() >= 0;
+      }
+    };
+    if (auto sharding = dyn_cast_or_null<ShardingAttr>(attr))
+      note(sharding);
+    else if (auto list = dyn_cast_or_null<ArrayAttr>(attr))
+      for (Attribute element : list)
+        if (auto sharding = dyn_cast<ShardingAttr>(element))
+          note(sharding);
+  };
+  for (unsigned i = 0, e = function.getNumArguments(); i < e; ++i)
+    collect(function.getArgAttr(i, PolymeshDialect::kShardingAttrName));
+  for (unsigned i = 0, e = function.getNumResults(); i < e; ++i)
+    collect(function.getResultAttr(i, PolymeshDialect::kShardingAttrName));
+  for (Operation *op : bodyOps()) {
+    if (auto constraint = dyn_cast<ShardingConstraintOp>(op))
+      collect(constraint.getSharding());
+    else if (auto reshard = dyn_cast<ReshardOp>(op))
+      collect(reshard.getSharding());
+    else
+      collect(op->getAttr(PolymeshDialect::kShardingAttrName));
+    if (auto group = dyn_cast<ShardingGroupOp>(op)) {
+      int64_t id = group.getGroupIdAttr().getInt();
+      SmallVector<Value> &members = groups[id];
+      groupOps.try_emplace(id, op);
+      if (!members.empty() &&
+          members.front().getType() != group.getInput().getType()) {
+        group.emitError()
+            << "sharding group " << id << " has members of types "
+            << members.front().getType() << " and "
+            << group.getInput().getType()
+            << "; the members of a group share one sharding, so they must "
+               "have one type";
+        hadError = true;
+      }
+      members.push_back(group.getInput());
+    }
+  }
+  if (hadError)
+    return;
+  if (usesPriorities)
+    stages.assign(written.begin(), written.end());
+
   for (auto [index, arg] : llvm::enumerate(function.getArguments()))
     if (auto sharding = function.getArgAttrOfType<ShardingAttr>(
             index, PolymeshDialect::kShardingAttrName))
-      assign(arg, sharding);
+      seedAnnotation(arg, sharding);
   Operation *terminator = nullptr;
   for (Operation *op : bodyOps()) {
     if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
-      assign(constraint.getResult(), constraint.getSharding());
+      seedAnnotation(constraint.getResult(), constraint.getSharding());
       continue;
     }
     if (auto reshard = dyn_cast<ReshardOp>(op)) {
-      assign(reshard.getResult(), reshard.getSharding());
+      seedAnnotation(reshard.getResult(), reshard.getSharding());
       continue;
     }
     // A planned transfer fixes both ends: its result is its destination,
@@ -257,10 +418,10 @@ void FunctionPropagator::seed() {
       terminator = op;
     Attribute attr = op->getAttr(PolymeshDialect::kShardingAttrName);
     if (auto sharding = dyn_cast_or_null<ShardingAttr>(attr)) {
-      assign(op->getResult(0), sharding);
+      seedAnnotation(op->getResult(0), sharding);
     } else if (auto list = dyn_cast_or_null<ArrayAttr>(attr)) {
       for (auto [result, element] : llvm::zip(op->getResults(), list))
-        assign(result, cast<ShardingAttr>(element));
+        seedAnnotation(result, cast<ShardingAttr>(element));
     }
     if (attr)
       pinnedOps.insert(op);
@@ -282,7 +443,7 @@ void FunctionPropagator::seed() {
       it->second = {text, sharding};
   }
   for (auto &entry : declared)
-    assign(entry.first, entry.second.second);
+    seedAnnotation(entry.first, entry.second.second);
 }
 
 std::optional<Placement>
@@ -304,17 +465,71 @@ FunctionPropagator::makePlacement(const FactorRule &rule,
   return placement;
 }
 
-/// Proposals of every known value, merged per mesh when they agree, plus
-/// each known value's own proposal: the candidate placements of an op.
-static void mergeInto(FactorAxes &into, const FactorAxes &from, bool &clash) {
-  for (auto [target, source] : llvm::zip(into, from)) {
+/// Merges `from` into `into`, factor by factor: a factor takes the axes of
+/// the better (lower) priority; two different proposals of one priority
+/// clash.
+static void mergeInto(Proposal &into, const Proposal &from, bool &clash) {
+  for (unsigned f = 0, e = into.axes.size(); f < e; ++f) {
+    const SmallVector<AxisRefAttr> &source = from.axes[f];
     if (source.empty())
       continue;
-    if (target.empty())
+    SmallVector<AxisRefAttr> &target = into.axes[f];
+    if (target.empty() || from.priorities[f] < into.priorities[f]) {
       target = source;
-    else if (target != source)
+      into.priorities[f] = from.priorities[f];
+    } else if (from.priorities[f] == into.priorities[f] && target != source) {
       clash = true;
+    }
   }
+}
+
+static Proposal emptyProposal(const FactorRule &rule) {
+  return {FactorAxes(rule.numFactors()),
+          SmallVector<int64_t>(rule.numFactors(), kUnprioritized)};
+}
+
+Proposal FunctionPropagator::proposalOf(const FactorRule &rule, unsigned index,
+                                        ShardingAttr sharding, MeshAttr mesh) {
+  Value value = rule.tensorValues[index];
+  const auto &dims = rule.values[index];
+  // Dimensions of a priority this stage has not reached propose nothing.
+  if (usesPriorities && stage != kUnprioritized) {
+    SmallVector<DimShardingAttr> visible(sharding.getDims());
+    for (unsigned d = 0; d < visible.size(); ++d)
+      if (priorityOf(value, d) != kUnprioritized &&
+          priorityOf(value, d) > stage)
+        visible[d] = DimShardingAttr::get(sharding.getContext(), {},
+                                          /*isClosed=*/true);
+    sharding = ShardingAttr::get(sharding.getContext(), sharding.getMeshName(),
+                                 visible, sharding.getReplicated(),
+                                 sharding.getUnreduced());
+  }
+  Proposal proposal = emptyProposal(rule);
+  proposal.axes = proposeFactorAxes(rule, index, sharding, mesh);
+  for (unsigned d = 0; d < dims.size(); ++d) {
+    int64_t priority = priorityOf(value, d);
+    if (usesPriorities && stage != kUnprioritized && priority > stage)
+      continue;
+    for (unsigned factor : dims[d])
+      proposal.priorities[factor] =
+          std::min(proposal.priorities[factor], priority);
+  }
+  return proposal;
+}
+
+SmallVector<int64_t>
+FunctionPropagator::derivedPriorities(const FactorRule &rule, unsigned index,
+                                      const FactorAxes &axes,
+                                      ArrayRef<int64_t> factorPriorities) {
+  SmallVector<int64_t> priorities;
+  for (const auto &factors : rule.values[index]) {
+    int64_t best = kUnprioritized;
+    for (unsigned factor : factors)
+      if (!axes[factor].empty())
+        best = std::min(best, factorPriorities[factor]);
+    priorities.push_back(best);
+  }
+  return priorities;
 }
 
 /// `known` extended to `derived`, when they differ only by axes appended to
@@ -512,6 +727,10 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
   if (auto transfer = dyn_cast<TransferOp>(op))
     return !lookup(transfer.getInput()) &&
            assign(transfer.getInput(), transfer.getSource());
+  if (auto barrier = dyn_cast<PropagationBarrierOp>(op))
+    return propagateBarrier(barrier);
+  if (auto group = dyn_cast<ShardingGroupOp>(op))
+    return propagateGroup(group);
   if (isa<ReshardOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
     return false;
   if (settled.contains(op))
@@ -522,39 +741,99 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
   bool hasUnknown = false, hasKnown = false;
   for (Value value : rule->tensorValues) {
     bool isKnown = known.count(value);
-    hasKnown |= isKnown;
+    hasKnown |= isKnown && !isHidden(value);
     hasUnknown |= !isKnown;
   }
   if (!hasUnknown || !hasKnown)
     return false;
-  if (rule->isIdentity && propagateElementwise(op, *rule))
+  // (With priorities the general path below weighs each value's.)
+  if (rule->isIdentity && !usesPriorities && propagateElementwise(op, *rule))
     return true;
   FlatSymbolRefAttr meshName;
-  FactorAxes merged(rule->numFactors());
+  Proposal merged = emptyProposal(*rule);
   bool clash = false;
   for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
     ShardingAttr sharding = lookup(value);
-    if (!sharding) {
-      hasUnknown = true;
+    if (!sharding || isHidden(value))
       continue;
-    }
     if (meshName && meshName != sharding.getMeshName())
       return false;
     meshName = sharding.getMeshName();
     MeshAttr mesh = getMesh(meshName);
     if (!mesh)
       return false;
-    mergeInto(merged, proposeFactorAxes(*rule, index, sharding, mesh), clash);
+    mergeInto(merged, proposalOf(*rule, index, sharding, mesh), clash);
   }
   if (clash)
     return false;
   std::optional<Placement> placement =
-      makePlacement(*rule, meshName, std::move(merged));
+      makePlacement(*rule, meshName, std::move(merged.axes));
   if (!placement)
     return false;
   bool changed = false;
-  for (auto [index, value] : llvm::enumerate(rule->tensorValues))
-    changed |= assign(value, placement->derived[index]);
+  for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
+    ShardingAttr derived = placement->derived[index];
+    // With priorities, a dimension that propagation leaves without axes
+    // stays open, as in Shardy (where only axes propagate): a later
+    // priority may still split it.
+    if (usesPriorities && stage != kUnprioritized && !known.count(value)) {
+      SmallVector<DimShardingAttr> dims(derived.getDims());
+      for (DimShardingAttr &dim : dims)
+        if (dim.getAxes().empty())
+          dim = DimShardingAttr::get(derived.getContext(), {},
+                                     /*isClosed=*/false);
+      derived =
+          ShardingAttr::get(derived.getContext(), derived.getMeshName(), dims,
+                            derived.getReplicated(), derived.getUnreduced());
+    }
+    changed |= assignWithPriorities(
+        value, derived,
+        derivedPriorities(*rule, index, placement->axes, merged.priorities));
+  }
+  return changed;
+}
+
+/// A barrier passes a sharding across in its allowed directions only.
+bool FunctionPropagator::propagateBarrier(PropagationBarrierOp barrier) {
+  Value input = barrier.getInput(), result = barrier.getResult();
+  ShardingAttr in = lookup(input), out = lookup(result);
+  auto copy = [&](Value from, Value to) {
+    SmallVector<int64_t> priorities;
+    for (unsigned d = 0, e = lookup(from).getDims().size(); d < e; ++d)
+      priorities.push_back(priorityOf(from, d));
+    return assignWithPriorities(to, lookup(from), priorities);
+  };
+  if (in && !out && barrier.allowsForward())
+    return copy(input, result);
+  if (out && !in && barrier.allowsBackward())
+    return copy(result, input);
+  return false;
+}
+
+/// The members of a sharding group share one sharding: when those placed
+/// agree, the others take it. Members placed differently are a conflict,
+/// left to resolveGroups.
+bool FunctionPropagator::propagateGroup(ShardingGroupOp group) {
+  ArrayRef<Value> members = groups[group.getGroupIdAttr().getInt()];
+  Value source;
+  for (Value member : members) {
+    ShardingAttr sharding = lookup(member);
+    if (!sharding)
+      continue;
+    if (source && !isSameLayout(lookup(source), sharding))
+      return false;
+    if (!source)
+      source = member;
+  }
+  if (!source)
+    return false;
+  SmallVector<int64_t> priorities;
+  for (unsigned d = 0, e = lookup(source).getDims().size(); d < e; ++d)
+    priorities.push_back(priorityOf(source, d));
+  bool changed = false;
+  for (Value member : members)
+    if (member.getType() == source.getType())
+      changed |= assignWithPriorities(member, lookup(source), priorities);
   return changed;
 }
 
@@ -562,7 +841,8 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
 /// by the bytes its reshards move; the cheapest wins, then the more sharded,
 /// then the one whose text sorts first. Nothing depends on value positions.
 bool FunctionPropagator::resolve(Operation *op) {
-  if (isa<ShardingConstraintOp, ReshardOp, TransferOp>(op) ||
+  if (isa<ShardingConstraintOp, ReshardOp, TransferOp, PropagationBarrierOp,
+          ShardingGroupOp>(op) ||
       op->hasTrait<OpTrait::IsTerminator>())
     return false;
   if (settled.contains(op))
@@ -571,13 +851,13 @@ bool FunctionPropagator::resolve(Operation *op) {
   const std::optional<FactorRule> &rule = ruleOf(op);
   if (!rule)
     return resolveWithoutRule(op);
-  if (rule->isIdentity && propagateElementwise(op, *rule))
+  if (rule->isIdentity && !usesPriorities && propagateElementwise(op, *rule))
     return true;
   if (settled.contains(op))
     return false;
 
-  SmallVector<std::pair<FlatSymbolRefAttr, FactorAxes>> candidates;
-  llvm::MapVector<Attribute, std::pair<FactorAxes, bool>> perMesh;
+  SmallVector<std::pair<FlatSymbolRefAttr, Proposal>> candidates;
+  llvm::MapVector<Attribute, std::pair<Proposal, bool>> perMesh;
   bool anyKnown = false;
   for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
     ShardingAttr sharding = lookup(value);
@@ -587,12 +867,11 @@ bool FunctionPropagator::resolve(Operation *op) {
     MeshAttr mesh = getMesh(sharding.getMeshName());
     if (!mesh)
       return false;
-    FactorAxes proposal = proposeFactorAxes(*rule, index, sharding, mesh);
-    auto &[merged, clash] =
-        perMesh
-            .try_emplace(sharding.getMeshName().getAttr(),
-                         FactorAxes(rule->numFactors()), false)
-            .first->second;
+    Proposal proposal = proposalOf(*rule, index, sharding, mesh);
+    auto &[merged, clash] = perMesh
+                                .try_emplace(sharding.getMeshName().getAttr(),
+                                             emptyProposal(*rule), false)
+                                .first->second;
     mergeInto(merged, proposal, clash);
     candidates.push_back({sharding.getMeshName(), std::move(proposal)});
   }
@@ -604,10 +883,12 @@ bool FunctionPropagator::resolve(Operation *op) {
           {FlatSymbolRefAttr::get(cast<StringAttr>(meshAttr)), entry.first});
 
   std::optional<Placement> best;
-  for (auto &[meshName, axes] : candidates) {
-    std::optional<Placement> placement = makePlacement(*rule, meshName, axes);
+  for (auto &[meshName, proposal] : candidates) {
+    std::optional<Placement> placement =
+        makePlacement(*rule, meshName, proposal.axes);
     if (!placement)
       continue;
+    placement->factorPriorities = proposal.priorities;
     bool consistent = true;
     for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
       ShardingAttr sharding = lookup(value);
@@ -617,6 +898,19 @@ bool FunctionPropagator::resolve(Operation *op) {
       // Extending an open dimension is free: the value is computed that way.
       if (extendOpen(sharding, placement->derived[index]))
         continue;
+      // Axes that a better priority put on a dimension move last (every
+      // dimension counts when the value changes mesh). Splitting a
+      // dimension that has no axes takes nothing a priority decided, as in
+      // Shardy, where a closed empty dimension proposes nothing.
+      bool otherMesh =
+          sharding.getMeshName() != placement->derived[index].getMeshName();
+      for (auto [d, dims] : llvm::enumerate(llvm::zip(
+               sharding.getDims(), placement->derived[index].getDims())))
+        if (otherMesh ||
+            (!std::get<0>(dims).getAxes().empty() &&
+             std::get<0>(dims).getAxes() != std::get<1>(dims).getAxes()))
+          placement->movedPriority =
+              std::min(placement->movedPriority, priorityOf(value, d));
       // A user-annotated op is computed as annotated: placements that
       // would move its results come last.
       if (index >= rule->numOperands && pinnedOps.contains(op))
@@ -631,13 +925,20 @@ bool FunctionPropagator::resolve(Operation *op) {
       settled.insert(op);
       bool changed = false;
       for (auto [index, value] : llvm::enumerate(rule->tensorValues))
-        changed |= assign(value, placement->derived[index]);
+        changed |= assignWithPriorities(
+            value, placement->derived[index],
+            derivedPriorities(*rule, index, placement->axes,
+                              placement->factorPriorities));
       return changed;
     }
     placement->text = placement->meshName.getValue().str();
     for (ShardingAttr derived : placement->derived)
       placement->text += toText(derived);
+    // User priorities first (a placement that moves only dimensions of a
+    // worse priority wins), then bytes.
     auto better = [](const Placement &a, const Placement &b) {
+      if (a.movedPriority != b.movedPriority)
+        return a.movedPriority > b.movedPriority;
       if (a.cost != b.cost)
         return a.cost < b.cost;
       if (a.shards != b.shards)
@@ -652,8 +953,12 @@ bool FunctionPropagator::resolve(Operation *op) {
 
   settled.insert(op);
   SmallVector<Value> values(rule->tensorValues);
+  SmallVector<SmallVector<int64_t>> priorities;
+  for (unsigned index = 0; index < values.size(); ++index)
+    priorities.push_back(
+        derivedPriorities(*rule, index, best->axes, best->factorPriorities));
   applyPlacement(op, values, rule->numOperands, best->derived,
-                 /*allowExtension=*/true);
+                 /*allowExtension=*/true, priorities);
   return true;
 }
 
@@ -735,10 +1040,20 @@ void FunctionPropagator::splitConcatLeaves() {
 /// dimensions extend where allowed, operands that differ are resharded
 /// before the op, and results that were placed otherwise keep that
 /// sharding through a reshard after it.
-void FunctionPropagator::applyPlacement(Operation *op, ArrayRef<Value> values,
-                                        unsigned numOperands,
-                                        ArrayRef<ShardingAttr> targets,
-                                        bool allowExtension) {
+void FunctionPropagator::applyPlacement(
+    Operation *op, ArrayRef<Value> values, unsigned numOperands,
+    ArrayRef<ShardingAttr> targets, bool allowExtension,
+    ArrayRef<SmallVector<int64_t>> priorities) {
+  // Priorities that reach a value's dimensions with the placement: the
+  // better of what it had and what the placement brings.
+  auto raisePriorities = [&](unsigned index, Value value) {
+    if (!usesPriorities || index >= priorities.size())
+      return;
+    SmallVector<int64_t, 4> &mine = dimPriorities[value];
+    mine.resize(priorities[index].size(), kUnprioritized);
+    for (auto [have, brought] : llvm::zip(mine, priorities[index]))
+      have = std::min(have, brought);
+  };
   llvm::SmallDenseMap<std::pair<Value, Attribute>, Value> moved;
   // The operand each tracked operand value stands for, found before any is
   // rewired: the same value may be several operands of the op (x + x, x @ x),
@@ -758,6 +1073,7 @@ void FunctionPropagator::applyPlacement(Operation *op, ArrayRef<Value> values,
     ShardingAttr current = lookup(value);
     if (!current) {
       assign(value, target);
+      raisePriorities(index, value);
       continue;
     }
     if (isSameLayout(current, target))
@@ -765,6 +1081,7 @@ void FunctionPropagator::applyPlacement(Operation *op, ArrayRef<Value> values,
     if (allowExtension) {
       if (ShardingAttr extended = extendOpen(current, target)) {
         extendValue(value, extended);
+        raisePriorities(index, value);
         settled.insert(op);
         continue;
       }
@@ -788,6 +1105,8 @@ void FunctionPropagator::applyPlacement(Operation *op, ArrayRef<Value> values,
 /// Ops that no rule describes run replicated on one mesh: the one that
 /// moves the fewest bytes, then the one whose name sorts first.
 bool FunctionPropagator::resolveWithoutRule(Operation *op) {
+  if (isa<PropagationBarrierOp, ShardingGroupOp>(op))
+    return false;
   SmallVector<Value> values;
   for (Value value : op->getOperands())
     if (isTracked(value))
@@ -1021,6 +1340,23 @@ LogicalResult FunctionPropagator::finalize() {
     }
     if (isa<ReshardOp>(op))
       continue;
+    // Barriers and groups have done their work: a barrier whose sides
+    // differ becomes a reshard to its result's sharding, one whose sides
+    // agree disappears, and so does every group.
+    if (auto barrier = dyn_cast<PropagationBarrierOp>(op)) {
+      Value input = barrier.getInput(), result = barrier.getResult();
+      ShardingAttr in = lookup(input), out = lookup(result);
+      Value replacement = input;
+      if (in && out && !isDeviceEquivalent(in, out, input.getType()))
+        replacement = insertReshardBefore(barrier, input, out);
+      result.replaceAllUsesWith(replacement);
+      barrier.erase();
+      continue;
+    }
+    if (isa<ShardingGroupOp>(op)) {
+      op->erase();
+      continue;
+    }
     SmallVector<Attribute> shardings;
     Attribute written = op->getAttr(PolymeshDialect::kShardingAttrName);
     auto writtenList = dyn_cast_or_null<ArrayAttr>(written);
@@ -1073,8 +1409,14 @@ LogicalResult FunctionPropagator::finalize() {
     auto declared = function.getResultAttrOfType<ShardingAttr>(
         index, PolymeshDialect::kShardingAttrName);
     // Partial sums are reduced before they leave the function, unless the
-    // result declares them.
+    // result declares them. A declared sharding's open dimensions take the
+    // axes the returned value has there (as an argument's do).
     ShardingAttr target = declared ? declared : withoutUnreduced(current);
+    if (declared)
+      if (ShardingAttr extended = extendOpen(
+              withoutPriorities(declared.withRank(current.getDims().size())),
+              current))
+        target = extended;
     if (!isDeviceEquivalent(current, target, value.getType()))
       operand.set(insertReshardBefore(terminator, value, target));
     NamedAttrList attrs(resultAttrs[index]);
@@ -1112,11 +1454,97 @@ void FunctionPropagator::cloneSharedConstants() {
   }
 }
 
+/// Forward and backward over `active` until no value gets a sharding;
+/// settled ops drop out.
+void FunctionPropagator::sweep(SmallVectorImpl<Operation *> &active) {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (Operation *op : active)
+      changed |= propagateOnce(op);
+    for (Operation *op : llvm::reverse(active))
+      changed |= propagateOnce(op);
+    llvm::erase_if(active, [&](Operation *op) { return settled.contains(op); });
+  }
+}
+
+/// A barrier that stopped propagation in one direction leaves that side
+/// unplaced: it is replicated on the other side's mesh (the barrier stops
+/// axes, not the mesh the value lives on).
+bool FunctionPropagator::placeBlockedBarriers() {
+  bool changed = false;
+  for (Operation *op : bodyOps())
+    if (auto barrier = dyn_cast<PropagationBarrierOp>(op)) {
+      ShardingAttr in = lookup(barrier.getInput());
+      ShardingAttr out = lookup(barrier.getResult());
+      if (in && !out)
+        changed |= placeReplicated(barrier.getResult(), in.getMeshName());
+      else if (out && !in)
+        changed |= placeReplicated(barrier.getInput(), out.getMeshName());
+    }
+  return changed;
+}
+
+/// Groups whose members were placed differently: every member takes the
+/// sharding that moves the fewest bytes over the group (then the one whose
+/// text sorts first), through a reshard after each member placed otherwise,
+/// with a warning.
+bool FunctionPropagator::resolveGroups() {
+  bool changed = false;
+  for (auto &[id, members] : groups) {
+    SmallVector<ShardingAttr> distinct;
+    for (Value member : members)
+      if (ShardingAttr sharding = lookup(member))
+        if (llvm::none_of(distinct, [&](ShardingAttr other) {
+              return isSameLayout(other, sharding);
+            }))
+          distinct.push_back(sharding);
+    if (distinct.size() < 2)
+      continue;
+    std::optional<std::tuple<int64_t, std::string, ShardingAttr>> best;
+    for (ShardingAttr candidate : distinct) {
+      int64_t cost = 0;
+      for (Value member : members)
+        if (ShardingAttr sharding = lookup(member))
+          cost = saturatingAdd(cost,
+                               moveCost(sharding, candidate, member.getType()));
+      std::tuple<int64_t, std::string, ShardingAttr> entry{
+          cost, toText(candidate), candidate};
+      if (!best || std::make_pair(cost, std::get<1>(entry)) <
+                       std::make_pair(std::get<0>(*best), std::get<1>(*best)))
+        best = entry;
+    }
+    ShardingAttr chosen = std::get<2>(*best);
+    InFlightDiagnostic diag =
+        groupOps.lookup(id)->emitWarning()
+        << "sharding group " << id << ": members have " << distinct.size()
+        << " different shardings; all take " << chosen
+        << ", which moves the fewest bytes (" << std::get<0>(*best) << ")";
+    for (Value &member : members) {
+      ShardingAttr sharding = lookup(member);
+      if (!sharding || isSameLayout(sharding, chosen))
+        continue;
+      // The member keeps its sharding; its uses (the group among them)
+      // read it moved, so their ops are placed again.
+      insertReshardAfter(member, chosen);
+      // The reshard is now the member's only user.
+      Value moved = (*member.getUsers().begin())->getResult(0);
+      for (Operation *user : moved.getUsers())
+        settled.erase(user);
+      member = moved;
+      changed = true;
+    }
+  }
+  return changed;
+}
+
 LogicalResult FunctionPropagator::run() {
   if (function.isExternal())
     return success();
   cloneSharedConstants();
   seed();
+  if (hadError)
+    return failure();
   // Each round either places a value or inserts a reshard that settles an
   // op for good; the bound only guards against a rule that keeps changing.
   const unsigned maxRounds = 64 + 4 * bodyOps().size();
@@ -1127,16 +1555,19 @@ LogicalResult FunctionPropagator::run() {
     for (Operation *op : bodyOps())
       if (!settled.contains(op))
         active.push_back(op);
-    bool changed = true;
-    while (changed) {
-      changed = false;
-      for (Operation *op : active)
-        changed |= propagateOnce(op);
-      for (Operation *op : llvm::reverse(active))
-        changed |= propagateOnce(op);
-      llvm::erase_if(active,
-                     [&](Operation *op) { return settled.contains(op); });
-    }
+    // The first round runs one sweep per user priority, best first: each
+    // priority's shardings reach as far as they can before the next one's
+    // are sources.
+    if (round == 0)
+      for (int64_t priority : stages) {
+        stage = priority;
+        sweep(active);
+      }
+    stage = kUnprioritized;
+    sweep(active);
+    // Groups first: like annotations, they decide what ops then adapt to.
+    if (resolveGroups())
+      continue;
     bool resolved = false;
     for (Operation *op : active)
       resolved |= resolve(op);
@@ -1146,6 +1577,8 @@ LogicalResult FunctionPropagator::run() {
       reopened = false;
       continue;
     }
+    if (placeBlockedBarriers())
+      continue;
     bool failedAmbient = false;
     if (applyAmbient(failedAmbient))
       continue;

@@ -57,3 +57,26 @@ func.func @open_not_prefix(%x: tensor<16x16xf32> {polymesh.sharding = #polymesh.
   %0 = arith.addf %x, %y : tensor<16x16xf32>
   return %0 : tensor<16x16xf32>
 }
+
+// A declared result's open dimensions take the axes the returned value has
+// there, as an argument's do (and as in Shardy): no reshard at the return.
+// CHECK-LABEL: func.func @open_result
+// CHECK-SAME: -> (tensor<16x16xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a", ?}, {"b", ?}]>})
+// CHECK-NOT: polymesh.reshard
+// CHECK: return
+func.func @open_result(%y: tensor<16x16xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a"}, {"b"}]>})
+    -> (tensor<16x16xf32> {polymesh.sharding = #polymesh.sharding<@m, [{?}, {"b", ?}]>}) {
+  %z = arith.negf %y : tensor<16x16xf32>
+  return %z : tensor<16x16xf32>
+}
+
+// A closed declared dimension keeps its axes: the result is resharded.
+// CHECK-LABEL: func.func @closed_result
+// CHECK-SAME: -> (tensor<16x16xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"b", ?}]>})
+// CHECK: polymesh.reshard %{{.*}} <@m, [{}, {"b", ?}]>
+// CHECK-NEXT: return
+func.func @closed_result(%y: tensor<16x16xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a"}, {"b"}]>})
+    -> (tensor<16x16xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"b", ?}]>}) {
+  %z = arith.negf %y : tensor<16x16xf32>
+  return %z : tensor<16x16xf32>
+}

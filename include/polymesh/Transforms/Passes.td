@@ -44,6 +44,26 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
     5. **Errors.** Without an ambient mesh, an unplaced leaf is an error that
        names its index and `polymesh.leaf` path.
 
+    Shardy's propagation controls are honoured:
+
+    - **User priorities** (`{"a"}p1`; a dimension without one is `p0`):
+      propagation runs one stage per written priority, best first, in which
+      dimensions of a worse priority are not sources yet; where shardings
+      of different priorities meet, a placement that moves only dimensions
+      of the worse priority wins over one that moves fewer bytes. With
+      priorities, a dimension propagation leaves without axes stays open
+      (`?`), so that a later priority may still split it.
+    - **Open declared shardings** of arguments and results take the axes
+      their values have there (`{"a", ?}` may become `{"a", "b", ?}`).
+    - **Sharding groups** (`polymesh.sharding_group`): all members get one
+      sharding; members placed differently beforehand take the one that
+      moves the fewest bytes, with a warning and a reshard after each other
+      member.
+    - **Barriers** (`polymesh.propagation_barrier`): shardings cross only in
+      the allowed direction; a side kept unplaced is replicated on the other
+      side's mesh; afterwards the barrier is its operand, or a reshard where
+      the sides differ.
+
     Afterwards every op with tensor results carries `polymesh.sharding` (one
     sharding, or an array with one per result), every function argument and
     result carries `polymesh.sharding`, and wherever a returned value's

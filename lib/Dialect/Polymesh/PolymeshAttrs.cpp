@@ -237,6 +237,14 @@ void DimShardingAttr::print(llvm::raw_ostream &os) const {
   if (!getIsClosed())
     os << (getAxes().empty() ? "?" : ", ?");
   os << "}";
+  if (getPriority() >= 0)
+    os << "p" << getPriority();
+}
+
+DimShardingAttr DimShardingAttr::withoutPriority() const {
+  if (getPriority() < 0)
+    return *this;
+  return DimShardingAttr::get(getContext(), getAxes(), getIsClosed());
 }
 
 void DimShardingAttr::print(AsmPrinter &printer) const {
@@ -246,14 +254,37 @@ void DimShardingAttr::print(AsmPrinter &printer) const {
 }
 
 namespace {
-/// Parses `{"a", "b"}`, `{"a", ?}`, `{?}` or `{}`.
+/// Parses the priority that may follow a dimension sharding's `}`: `p0`,
+/// `p12`. Sets `priority` to -1 when there is none.
+ParseResult parseOptionalPriority(AsmParser &parser, int64_t &priority) {
+  priority = -1;
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef keyword;
+  if (failed(parser.parseOptionalKeyword(&keyword)))
+    return success();
+  if (keyword.size() < 2 || keyword.front() != 'p' ||
+      !llvm::all_of(keyword.drop_front(), llvm::isDigit) ||
+      keyword.drop_front().getAsInteger(10, priority) || priority < 0)
+    return parser.emitError(loc)
+           << "expected a dimension sharding priority such as 'p0' or 'p2' "
+              "after '}', got '"
+           << keyword << "'";
+  return success();
+}
+
+/// Parses `{"a", "b"}`, `{"a", ?}`, `{?}` or `{}`, each optionally followed
+/// by a priority (`{"a"}p1`).
 DimShardingAttr parseDimShardingBody(AsmParser &parser) {
   if (parser.parseLBrace())
     return {};
   SmallVector<AxisRefAttr> axes;
   bool isClosed = true;
-  if (succeeded(parser.parseOptionalRBrace()))
-    return DimShardingAttr::get(parser.getContext(), axes, isClosed);
+  int64_t priority = -1;
+  if (succeeded(parser.parseOptionalRBrace())) {
+    if (parseOptionalPriority(parser, priority))
+      return {};
+    return DimShardingAttr::get(parser.getContext(), axes, isClosed, priority);
+  }
   while (true) {
     SMLoc loc = parser.getCurrentLocation();
     if (succeeded(parser.parseOptionalQuestion())) {
@@ -274,7 +305,9 @@ DimShardingAttr parseDimShardingBody(AsmParser &parser) {
     if (parser.parseComma())
       return {};
   }
-  return DimShardingAttr::get(parser.getContext(), axes, isClosed);
+  if (parseOptionalPriority(parser, priority))
+    return {};
+  return DimShardingAttr::get(parser.getContext(), axes, isClosed, priority);
 }
 
 /// Parses `{"a", "b":(1)2}` (a set of axis refs).

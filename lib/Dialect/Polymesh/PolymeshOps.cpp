@@ -70,6 +70,14 @@ ShardingConstraintOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
                                  symbolTable);
 }
 
+LogicalResult ShardingGroupOp::verify() {
+  // (The I64Attr getter reads the value unsigned.)
+  int64_t id = getGroupIdAttr().getInt();
+  if (id < 0)
+    return emitOpError() << "group_id must be non-negative, got " << id;
+  return success();
+}
+
 LogicalResult ReshardOp::verify() {
   return verifyShardingRank(*this, getSharding(), getResult().getType());
 }

@@ -76,13 +76,31 @@ def Polymesh_DimShardingAttr : Polymesh_Attr<"DimSharding", "dim_sharding"> {
     `{"a", "b"}` splits a dimension over axes `a` then `b`, major to minor.
     A trailing `?` (`{"a", ?}`, `{?}`) marks the dimension open: propagation
     may add further axes. Without it the dimension is closed.
+
+    A user priority may follow, as in Shardy: `{"a"}p1`, `{?}p0`. Lower
+    numbers propagate first: every dimension sharding of priority `i` reaches
+    as far as it can before those of priority `i + 1` are looked at, and a
+    dimension without a priority is `p0`. Propagation's own shardings carry
+    none.
   }];
   let parameters = (ins
     ArrayRefParameter<"AxisRefAttr", "axes, major to minor">:$axes,
-    "bool":$isClosed);
+    "bool":$isClosed,
+    DefaultValuedParameter<"int64_t", "-1",
+                           "user priority (-1: none written)">:$priority);
+  let builders = [
+    AttrBuilder<(ins "llvm::ArrayRef<AxisRefAttr>":$axes, "bool":$isClosed),
+                [{ return $_get($_ctxt, axes, isClosed, /*priority=*/-1); }]>
+  ];
   let hasCustomAssemblyFormat = 1;
   let extraClassDeclaration = [{
     void print(llvm::raw_ostream &os) const;
+    /// The priority propagation uses: the written one, or 0.
+    int64_t getEffectivePriority() const {
+      return getPriority() < 0 ? 0 : getPriority();
+    }
+    /// The same dimension sharding without a priority.
+    DimShardingAttr withoutPriority() const;
   }];
 }
 

@@ -138,4 +138,68 @@ def Polymesh_ExchangeOp : Polymesh_Op<"exchange", [
   let hasVerifier = 1;
 }
 
+def Polymesh_PropagationDirection : I32EnumAttr<"PropagationDirection",
+    "Which way propagation may pass a barrier", [
+      I32EnumAttrCase<"NONE", 0>,
+      I32EnumAttrCase<"FORWARD", 1>,
+      I32EnumAttrCase<"BACKWARD", 2>,
+      I32EnumAttrCase<"BOTH", 3>,
+    ]> {
+  let cppNamespace = "::polymesh";
+}
+
+def Polymesh_PropagationBarrierOp : Polymesh_Op<"propagation_barrier",
+    [Pure, SameOperandsAndResultType]> {
+  let summary = "Stops sharding propagation in some directions";
+  let description = [{
+    ```mlir
+    %y = polymesh.propagation_barrier %x allowed_direction=FORWARD : tensor<16x16xf32>
+    ```
+    As Shardy's `sdy.propagation_barrier`: the result is the operand, and
+    `--polymesh-propagate` passes a sharding across it only in the allowed
+    direction: `FORWARD` (operand to result), `BACKWARD` (result to
+    operand), `BOTH` or `NONE`. The op is gone after propagation: where the
+    two sides end up with different shardings it becomes a
+    `polymesh.reshard` to the result's.
+  }];
+  let arguments = (ins AnyRankedTensor:$input,
+                       Polymesh_PropagationDirection:$allowed_direction);
+  let results = (outs AnyRankedTensor:$result);
+  let assemblyFormat = [{
+    $input `allowed_direction` `` `=` `` $allowed_direction attr-dict `:`
+    type($result)
+  }];
+  let extraClassDeclaration = [{
+    bool allowsForward() {
+      return getAllowedDirection() == PropagationDirection::FORWARD ||
+             getAllowedDirection() == PropagationDirection::BOTH;
+    }
+    bool allowsBackward() {
+      return getAllowedDirection() == PropagationDirection::BACKWARD ||
+             getAllowedDirection() == PropagationDirection::BOTH;
+    }
+  }];
+}
+
+def Polymesh_ShardingGroupOp : Polymesh_Op<"sharding_group"> {
+  let summary = "Puts a value in a group whose members share one sharding";
+  let description = [{
+    ```mlir
+    polymesh.sharding_group %x group_id=3 : tensor<16x16xf32>
+    ```
+    As Shardy's `sdy.sharding_group`: every value put in group `N` (anywhere
+    in the function) gets the same sharding from `--polymesh-propagate`. A
+    sharding that reaches one member reaches all of them. Members whose
+    shardings were fixed differently before (annotations) are a conflict:
+    propagation warns and gives the group the sharding that moves the fewest
+    bytes, with a `polymesh.reshard` after each member that had another.
+    The op has no result and is gone after propagation.
+  }];
+  let arguments = (ins AnyRankedTensor:$input, I64Attr:$group_id);
+  let assemblyFormat = [{
+    $input `group_id` `` `=` `` $group_id attr-dict `:` type($input)
+  }];
+  let hasVerifier = 1;
+}
+
 #endif // POLYMESH_DIALECT_POLYMESH_OPS_TD
