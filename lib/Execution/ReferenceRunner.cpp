@@ -14,6 +14,7 @@
 #include "polymesh/Conversion/Passes.h"
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Transforms/CallGraph.h"
 #include "polymesh/Transforms/TensorLimits.h"
 
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
@@ -251,71 +252,21 @@ LogicalResult polymesh::execution::checkReferenceLimits(
         roots.push_back(func);
   }
 
-  // Depth-first over the call graph, iteratively (a long call chain must not
-  // overflow the stack): a call back into a function still on the path is a
-  // cycle, which the reference would run until its stack overflows.
-  enum class State { OnPath, Done };
-  llvm::DenseMap<Operation *, State> state;
+  // A cycle would run until the reference's stack overflows; a declaration
+  // has no code to run.
   SymbolTableCollection symbols;
-  struct Frame {
-    func::FuncOp func;
-    llvm::SmallVector<func::CallOp> calls;
-    size_t next = 0;
-  };
-  auto enter = [&](func::FuncOp func, std::vector<Frame> &path) {
-    state[func] = State::OnPath;
-    Frame frame{func, {}, 0};
-    func.walk([&](func::CallOp call) { frame.calls.push_back(call); });
-    path.push_back(std::move(frame));
-  };
-  auto cycleText = [](const std::vector<Frame> &path, func::FuncOp callee) {
-    std::string text;
-    bool inCycle = false;
-    for (const Frame &frame : path) {
-      func::FuncOp func = frame.func;
-      inCycle = inCycle || func == callee;
-      if (inCycle)
-        text += "@" + func.getSymName().str() + " -> ";
-    }
-    return text + "@" + callee.getSymName().str();
-  };
-  llvm::SmallVector<func::FuncOp> reachable;
-  for (func::FuncOp root : roots) {
-    if (state.contains(root))
-      continue;
-    std::vector<Frame> path;
-    enter(root, path);
-    while (!path.empty()) {
-      Frame &frame = path.back();
-      if (frame.next == frame.calls.size()) {
-        state[frame.func] = State::Done;
-        reachable.push_back(frame.func);
-        path.pop_back();
-        continue;
-      }
-      func::CallOp call = frame.calls[frame.next++];
-      auto callee = symbols.lookupNearestSymbolFrom<func::FuncOp>(
-          call, call.getCalleeAttr());
-      if (!callee)
-        continue; // The verifier has refused it already.
-      if (callee.isExternal())
-        return call.emitOpError()
-               << "calls @" << callee.getSymName()
-               << ", a declaration without a body: the reference has no "
-                  "code to run for it";
-      auto it = state.find(callee);
-      if (it == state.end()) {
-        enter(callee, path);
-        continue;
-      }
-      if (it->second == State::OnPath)
-        return call.emitOpError()
-               << "is a recursive call (" << cycleText(path, callee)
-               << "): recursive call graphs are not supported";
-    }
-  }
+  FailureOr<llvm::SmallVector<func::FuncOp>> reachable =
+      polymesh::orderCalleesFirst(
+          roots, symbols, [](func::CallOp call, func::FuncOp callee) {
+            return call.emitOpError()
+                   << "calls @" << callee.getSymName()
+                   << ", a declaration without a body: the reference has no "
+                      "code to run for it";
+          });
+  if (failed(reachable))
+    return failure();
 
-  for (func::FuncOp func : llvm::reverse(reachable)) {
+  for (func::FuncOp func : llvm::reverse(*reachable)) {
     if (failed(polymesh::checkTensorSizes(func)))
       return failure();
     // As --polymesh-partition: values inside regions (linalg bodies) are

@@ -10,6 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "InlineCalls.h"
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Support/Saturating.h"
@@ -1596,6 +1597,10 @@ class PolymeshPropagatePass final
 public:
   void runOnOperation() final {
     ModuleOp module = getOperation();
+    // Inter-procedural by specialization: each call site gets its own copy
+    // of the callee before anything is propagated.
+    if (failed(inlineCallsForPropagation(module)))
+      return signalPassFailure();
     SymbolTableCollection symbols;
     bool failedAny = false;
     for (Operation &op : module.getBody()->getOperations()) {

@@ -64,6 +64,15 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
       side's mesh; afterwards the barrier is its operand, or a reshard where
       the sides differ.
 
+    Calls are propagated by specialization: before anything is placed, each
+    `func.call` of a function with a body is replaced by a copy of that body
+    (callees first), so each site is placed by its own operands and uses.
+    The callee's argument and result shardings, and the call's own
+    `polymesh.sharding`, become sharding constraints at the site. Private
+    callees left without calls are erased. Recursive call graphs, callees of
+    more than one block, and functions that would grow past 2^20 ops are
+    refused at the call (or function) with a diagnostic.
+
     Afterwards every op with tensor results carries `polymesh.sharding` (one
     sharding, or an array with one per result), every function argument and
     result carries `polymesh.sharding`, and wherever a returned value's

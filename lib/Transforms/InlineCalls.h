@@ -1,0 +1,33 @@
+//===- InlineCalls.h - Call sites specialized for propagation ---*- C++ -*-===//
+//
+// Part of Polymesh. Internal to lib/Transforms.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef POLYMESH_LIB_TRANSFORMS_INLINECALLS_H
+#define POLYMESH_LIB_TRANSFORMS_INLINECALLS_H
+
+#include "mlir/IR/BuiltinOps.h"
+
+namespace polymesh {
+
+/// The most ops a function may hold once its calls are copied in
+/// (docs/limits.md).
+inline constexpr int64_t kMaxSpecializedOps = int64_t(1) << 20;
+
+/// Replaces every `func.call` of a function with a body by a copy of that
+/// body at the call site, callees first, so that each site is propagated
+/// (and later partitioned) with the shardings of its own operands and uses:
+/// a specialised clone per call site, with no reshard at the call boundary.
+/// The callee's argument and result shardings become
+/// `polymesh.sharding_constraint`s on the site's operands and results.
+/// Private callees left without calls are erased; public ones stay, as
+/// entry points of their own. Fails, with a diagnostic at the call, on a
+/// recursive call graph, on callees of more than one block, and on a
+/// function that would grow past `kMaxSpecializedOps` ops. Calls of
+/// declarations stay.
+mlir::LogicalResult inlineCallsForPropagation(mlir::ModuleOp module);
+
+} // namespace polymesh
+
+#endif // POLYMESH_LIB_TRANSFORMS_INLINECALLS_H

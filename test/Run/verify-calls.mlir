@@ -1,0 +1,74 @@
+// RUN: polymesh-run %s --verify | FileCheck %s
+
+// Programs with calls, run sharded on the loopback devices and compared with
+// the unsharded reference: every call site is specialized for the
+// shardings it is called with (docs/propagation.md, "Calls").
+
+polymesh.mesh @m = <["a"=2, "b"=4]>
+polymesh.mesh @pod = <["x"=3], device_ids=[11, 5, 8]>
+
+// A dense layer: matmul, bias, GELU-ish tanh.
+func.func private @dense(%x: tensor<24x64xf32>, %w: tensor<64x48xf32>, %bias: tensor<24x48xf32>) -> tensor<24x48xf32> {
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty() : tensor<24x48xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%empty : tensor<24x48xf32>) -> tensor<24x48xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<24x64xf32>, tensor<64x48xf32>) outs(%init : tensor<24x48xf32>) -> tensor<24x48xf32>
+  %sum = arith.addf %mm, %bias : tensor<24x48xf32>
+  %act = math.tanh %sum : tensor<24x48xf32>
+  return %act : tensor<24x48xf32>
+}
+
+// The same layer on two meshes at once (10 devices: @pod shares device 5
+// with @m): each site stays on its operands' mesh, so nothing crosses
+// between @m and @pod.
+// CHECK: @two_meshes: 2 leaves, 0 bytes moved, {{.*}} on 10 devices, PASS
+func.func @two_meshes(%x: tensor<24x64xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a"}, {}]>},
+                      %w: tensor<64x48xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"b"}]>},
+                      %bias: tensor<24x48xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a"}, {"b"}]>},
+                      %y: tensor<24x64xf32> {polymesh.sharding = #polymesh.sharding<@pod, [{"x"}, {}]>},
+                      %v: tensor<64x48xf32> {polymesh.sharding = #polymesh.sharding<@pod, [{}, {}]>},
+                      %c: tensor<24x48xf32> {polymesh.sharding = #polymesh.sharding<@pod, [{"x"}, {}]>})
+    -> (tensor<24x48xf32>, tensor<24x48xf32>) {
+  %0 = func.call @dense(%x, %w, %bias) : (tensor<24x64xf32>, tensor<64x48xf32>, tensor<24x48xf32>) -> tensor<24x48xf32>
+  %1 = func.call @dense(%y, %v, %c) : (tensor<24x64xf32>, tensor<64x48xf32>, tensor<24x48xf32>) -> tensor<24x48xf32>
+  return %0, %1 : tensor<24x48xf32>, tensor<24x48xf32>
+}
+
+// A residual block calling the layer twice, itself called twice. (No
+// contraction dimension is sharded: a reordered float sum that feeds
+// further arithmetic is compared bit for bit, docs/execution.md.)
+func.func private @residual(%x: tensor<24x64xf32>, %w1: tensor<64x48xf32>, %w2: tensor<48x64xf32>,
+                            %b1: tensor<24x48xf32>) -> tensor<24x64xf32> {
+  %h = func.call @dense(%x, %w1, %b1) : (tensor<24x64xf32>, tensor<64x48xf32>, tensor<24x48xf32>) -> tensor<24x48xf32>
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty() : tensor<24x64xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%empty : tensor<24x64xf32>) -> tensor<24x64xf32>
+  %back = linalg.matmul ins(%h, %w2 : tensor<24x48xf32>, tensor<48x64xf32>) outs(%init : tensor<24x64xf32>) -> tensor<24x64xf32>
+  %out = arith.addf %back, %x : tensor<24x64xf32>
+  return %out : tensor<24x64xf32>
+}
+// CHECK: @nested: 1 leaf, {{[0-9]+}} bytes moved, {{.*}} on 8 devices, PASS
+func.func @nested(%x: tensor<24x64xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a"}, {}]>},
+                  %w1: tensor<64x48xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"b"}]>},
+                  %w2: tensor<48x64xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"b"}]>},
+                  %b1: tensor<24x48xf32>) -> tensor<24x64xf32> {
+  %0 = func.call @residual(%x, %w1, %w2, %b1) : (tensor<24x64xf32>, tensor<64x48xf32>, tensor<48x64xf32>, tensor<24x48xf32>) -> tensor<24x64xf32>
+  %1 = func.call @residual(%0, %w1, %w2, %b1) : (tensor<24x64xf32>, tensor<64x48xf32>, tensor<48x64xf32>, tensor<24x48xf32>) -> tensor<24x64xf32>
+  return %1 : tensor<24x64xf32>
+}
+
+// The callee's declared shardings hold at the site: its argument is moved
+// onto @pod (uneven tiles: 10 rows over 3 devices) and its result back.
+func.func private @on_pod(%x: tensor<10x16xf32> {polymesh.sharding = #polymesh.sharding<@pod, [{"x"}, {}]>})
+    -> (tensor<10x16xf32> {polymesh.sharding = #polymesh.sharding<@pod, [{}, {"x"}]>}) {
+  %0 = math.exp %x : tensor<10x16xf32>
+  return %0 : tensor<10x16xf32>
+}
+// CHECK: @declared: 1 leaf, {{[0-9]+}} bytes moved, {{.*}} on 10 devices, PASS
+func.func @declared(%x: tensor<10x16xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a"}, {"b"}]>})
+    -> tensor<10x16xf32> {
+  %0 = func.call @on_pod(%x) : (tensor<10x16xf32>) -> tensor<10x16xf32>
+  %1 = arith.negf %0 : tensor<10x16xf32>
+  return %1 : tensor<10x16xf32>
+}
+// CHECK: 3 passed, 0 failed
