@@ -7,10 +7,13 @@ commutative ops swapped), and checks that every leaf (named by its
 polymesh.leaf path) gets the same sharding and that every op gets the same
 placement whatever the order. With --controls the programs also carry user
 priorities on dimension shardings (`{"a"}p1`), sharding groups and
-propagation barriers.
+propagation barriers. With --calls they also call private helpers (some
+with declared argument shardings), and a permuted copy also reorders the
+helpers in the module and the parameters of each helper (with its calls'
+operands).
 
 usage: permutation-check.py POLYMESH_OPT [--programs N] [--perms K] [--seed S]
-                            [--controls]
+                            [--controls] [--calls]
 """
 import argparse
 import random
@@ -49,10 +52,33 @@ def random_sharding(rng, priorities=False):
 COMMUTATIVE = ('arith.addf', 'arith.mulf')
 
 
-def random_program(rng, controls=False):
-    """Returns (args, body, results) with symbolic names. Body entries are
-    (text, None), or (name, (op, x, y)) for binary ops, rendered with their
-    operands in either order (commutative ones may be swapped)."""
+def random_helper(rng, controls):
+    """A private function of two parameters: (param shardings, body, result)
+    with the body in the form random_program uses."""
+    params = [random_sharding(rng, controls) if rng.random() < 0.3 else None
+              for _ in range(2)]
+    values = ['p0', 'p1']
+    body = []
+    for i in range(rng.randint(1, 3)):
+        name = 'h%d' % i
+        if rng.random() < 0.6:
+            op = rng.choice(['arith.addf', 'arith.mulf', 'arith.subf'])
+            body.append((name, (op, rng.choice(values), rng.choice(values))))
+        else:
+            op = rng.choice(['math.exp', 'arith.negf'])
+            body.append(('%%%s = %s %%%s : %s'
+                         % (name, op, rng.choice(values), TYPE), None))
+        values.append(name)
+    return params, body, values[-1]
+
+
+def random_program(rng, controls=False, calls=False):
+    """Returns (args, body, results, helpers) with symbolic names. Body
+    entries are (text, None), (name, (op, x, y)) for binary ops, rendered
+    with their operands in either order (commutative ones may be swapped),
+    or (name, ('call', helper, x, y))."""
+    helpers = ([random_helper(rng, controls)
+                for _ in range(rng.randint(1, 2))] if calls else [])
     num_args = rng.randint(2, 5)
     args = []
     for i in range(num_args):
@@ -64,7 +90,10 @@ def random_program(rng, controls=False):
     for i in range(rng.randint(3, 10)):
         kind = rng.random()
         name = 'v%d' % i
-        if kind < 0.4:
+        if helpers and rng.random() < 0.3:
+            body.append((name, ('call', rng.randrange(len(helpers)),
+                                rng.choice(values), rng.choice(values))))
+        elif kind < 0.4:
             x, y = rng.choice(values), rng.choice(values)
             op = rng.choice(['arith.addf', 'arith.mulf', 'arith.subf'])
             body.append((name, (op, x, y)))
@@ -98,10 +127,45 @@ def random_program(rng, controls=False):
         declared = (random_sharding(rng, controls)
                     if rng.random() < 0.3 else None)
         results.append(('leaf%d' % i, rng.choice(values), declared))
-    return args, body, results
+    return args, body, results, helpers
 
 
-def render(args, body, results, arg_order, result_order, swapped=()):
+def render_body(body, swapped, flipped=()):
+    """The lines of a body; `flipped` helpers take their parameters in the
+    other order, so their calls pass the operands swapped."""
+    lines = []
+    for index, (text, operands) in enumerate(body):
+        if operands and operands[0] == 'call':
+            _, helper, x, y = operands
+            if helper in flipped:
+                x, y = y, x
+            text = '%%%s = func.call @helper%d(%%%s, %%%s) : (%s, %s) -> %s' % (
+                text, helper, x, y, TYPE, TYPE, TYPE)
+        elif operands:
+            op, x, y = operands
+            if op in COMMUTATIVE and index in swapped:
+                x, y = y, x
+            text = '%%%s = %s %%%s, %%%s : %s' % (text, op, x, y, TYPE)
+        lines.append('  ' + text)
+    return lines
+
+
+def render_helper(index, helper, flipped):
+    params, body, result = helper
+    order = [1, 0] if flipped else [0, 1]
+    param_text = ', '.join(
+        '%%p%d: %s%s' % (i, TYPE, ' {polymesh.sharding = %s}' % params[i]
+                         if params[i] else '') for i in order)
+    lines = ['func.func private @helper%d(%s) -> %s {'
+             % (index, param_text, TYPE)]
+    lines += render_body(body, ())
+    lines.append('  return %%%s : %s' % (result, TYPE))
+    lines.append('}')
+    return lines
+
+
+def render(args, body, results, arg_order, result_order, swapped=(),
+           helpers=(), helper_order=(), flipped=()):
     meshes = '\n'.join('polymesh.mesh @%s = <%s>' % (n, m) for n, m, _ in MESHES)
     arg_text = ', '.join(
         '%%%s: %s%s' % (args[i][0], TYPE,
@@ -114,16 +178,16 @@ def render(args, body, results, arg_order, result_order, swapped=()):
         for i in result_order)
     ret = ', '.join('%%%s' % results[i][1] for i in result_order)
     ret_types = ', '.join(TYPE for _ in result_order)
-    lines = [meshes,
-             'func.func @f(%s) -> (%s) attributes {polymesh.ambient_mesh = @m1} {'
-             % (arg_text, res_text)]
-    for index, (text, operands) in enumerate(body):
-        if operands:
-            op, x, y = operands
-            if op in COMMUTATIVE and index in swapped:
-                x, y = y, x
-            text = '%%%s = %s %%%s, %%%s : %s' % (text, op, x, y, TYPE)
-        lines.append('  ' + text)
+    lines = [meshes]
+    called = {operands[1] for _, operands in body
+              if operands and operands[0] == 'call'}
+    for index in helper_order:
+        if index in called:  # An uncalled private helper would be unplaced.
+            lines += render_helper(index, helpers[index], index in flipped)
+    lines.append(
+        'func.func @f(%s) -> (%s) attributes {polymesh.ambient_mesh = @m1} {'
+        % (arg_text, res_text))
+    lines += render_body(body, swapped, flipped)
     lines.append('  return %s : %s' % (ret, ret_types))
     lines.append('}')
     return '\n'.join(lines) + '\n'
@@ -155,23 +219,29 @@ def main():
     parser.add_argument('--seed', type=int, default=1)
     parser.add_argument('--controls', action='store_true',
                         help='priorities, sharding groups and barriers')
+    parser.add_argument('--calls', action='store_true',
+                        help='calls of private helpers')
     opts = parser.parse_args()
     rng = random.Random(opts.seed)
     failures = 0
     checked = 0
     for program in range(opts.programs):
-        args, body, results = random_program(rng, opts.controls)
+        args, body, results, helpers = random_program(rng, opts.controls,
+                                                      opts.calls)
         base = None
         for perm in range(opts.perms + 1):
             arg_order = list(range(len(args)))
             result_order = list(range(len(results)))
-            swapped = set()
+            helper_order = list(range(len(helpers)))
+            swapped, flipped = set(), set()
             if perm:
                 rng.shuffle(arg_order)
                 rng.shuffle(result_order)
+                rng.shuffle(helper_order)
                 swapped = {i for i in range(len(body)) if rng.random() < 0.5}
+                flipped = {i for i in helper_order if rng.random() < 0.5}
             text = render(args, body, results, arg_order, result_order,
-                          swapped)
+                          swapped, helpers, helper_order, flipped)
             run = subprocess.run([opts.tool, '--polymesh-propagate', '-'],
                                  input=text.encode(), capture_output=True)
             if run.returncode != 0:
