@@ -230,6 +230,9 @@ private:
   void cloneSharedConstants();
   void seed();
   void sweep(SmallVectorImpl<Operation *> &active);
+  /// Ops of Shardy's first op priority: every value keeps its dimensions
+  /// (elementwise ops, constraints, barriers, groups).
+  bool isPassThrough(Operation *op);
   bool propagateOnce(Operation *op);
   bool propagateBarrier(PropagationBarrierOp barrier);
   bool propagateGroup(ShardingGroupOp group);
@@ -1457,6 +1460,15 @@ void FunctionPropagator::cloneSharedConstants() {
 
 /// Forward and backward over `active` until no value gets a sharding;
 /// settled ops drop out.
+bool FunctionPropagator::isPassThrough(Operation *op) {
+  if (isa<ShardingConstraintOp, PropagationBarrierOp, ShardingGroupOp>(op))
+    return true;
+  if (isa<ReshardOp, TransferOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
+    return false;
+  const std::optional<FactorRule> &rule = ruleOf(op);
+  return rule && rule->isIdentity;
+}
+
 void FunctionPropagator::sweep(SmallVectorImpl<Operation *> &active) {
   bool changed = true;
   while (changed) {
@@ -1558,14 +1570,26 @@ LogicalResult FunctionPropagator::run() {
         active.push_back(op);
     // The first round runs one sweep per user priority, best first: each
     // priority's shardings reach as far as they can before the next one's
-    // are sources.
+    // are sources. Within each, op priorities as Shardy's: pass-through ops
+    // (elementwise, constraints, barriers, groups) first, so that a dot's
+    // operand takes its elementwise neighbour's sharding before the dot
+    // proposes its own.
+    auto sweepByOpPriority = [&]() {
+      SmallVector<Operation *> passThrough;
+      for (Operation *op : active)
+        if (isPassThrough(op))
+          passThrough.push_back(op);
+      if (passThrough.size() != active.size())
+        sweep(passThrough);
+      sweep(active);
+    };
     if (round == 0)
       for (int64_t priority : stages) {
         stage = priority;
-        sweep(active);
+        sweepByOpPriority();
       }
     stage = kUnprioritized;
-    sweep(active);
+    sweepByOpPriority();
     // Groups first: like annotations, they decide what ops then adapt to.
     if (resolveGroups())
       continue;

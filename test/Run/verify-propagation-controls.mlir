@@ -68,4 +68,18 @@ func.func @open_result(%y: tensor<16x16xf32> {polymesh.sharding = #polymesh.shar
   %z = arith.negf %y : tensor<16x16xf32>
   return %z : tensor<16x16xf32>
 }
-// CHECK: 7 passed, 0 failed
+// Op priorities: the GELU-like tail takes the declared result's columns
+// before the dot proposes its rows.
+// CHECK: @op_priorities: 1 leaf, {{[0-9]+}} bytes moved, {{.*}} on 8 devices, PASS
+func.func @op_priorities(%x: tensor<64x96xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"a", ?}, {?}]>},
+                         %w: tensor<96x40xf32>)
+    -> (tensor<64x40xf32> {polymesh.sharding = #polymesh.sharding<@m, [{?}, {"b", ?}]>}) {
+  %zero = arith.constant 0.0 : f32
+  %empty = tensor.empty() : tensor<64x40xf32>
+  %init = linalg.fill ins(%zero : f32) outs(%empty : tensor<64x40xf32>) -> tensor<64x40xf32>
+  %mm = linalg.matmul ins(%x, %w : tensor<64x96xf32>, tensor<96x40xf32>) outs(%init : tensor<64x40xf32>) -> tensor<64x40xf32>
+  %t = math.tanh %mm : tensor<64x40xf32>
+  %r = arith.mulf %t, %mm : tensor<64x40xf32>
+  return %r : tensor<64x40xf32>
+}
+// CHECK: 8 passed, 0 failed

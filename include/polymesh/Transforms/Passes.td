@@ -53,6 +53,9 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
       of the worse priority wins over one that moves fewer bytes. With
       priorities, a dimension propagation leaves without axes stays open
       (`?`), so that a later priority may still split it.
+    - **Op priorities**: in every sweep, pass-through ops (elementwise ops,
+      sharding constraints, barriers, groups) propagate to a fixed point
+      before the others (dots, reshapes, reductions).
     - **Open declared shardings** of arguments and results take the axes
       their values have there (`{"a", ?}` may become `{"a", "b", ?}`).
     - **Sharding groups** (`polymesh.sharding_group`): all members get one
