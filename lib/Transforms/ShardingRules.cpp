@@ -418,11 +418,17 @@ FactorAxes polymesh::proposeFactorAxes(const FactorRule &rule,
           break;
         }
         int64_t common = std::gcd(capacity, ref.size);
-        if (common == 1 || common != capacity)
+        if (common == 1)
           break;
-        // The factor takes the major part of the axis; the rest goes on.
+        // The factor takes the major part of the axis; the rest goes on to
+        // the next factor when this one is full. When it is not (sizes 4
+        // and 6 share only 2, as Shardy's gcd split), the rest cannot shard
+        // anything more minor and is dropped from the proposal: the
+        // tensor's own sharding keeps it, the op's placement does not.
         proposal[factors[factorIndex]].push_back(
             toAttr(context, {ref.name, ref.preSize, common}, mesh));
+        if (common != capacity)
+          break;
         ref = {ref.name, ref.preSize * common, ref.size / common};
         capacity = 1;
       }
