@@ -23,18 +23,14 @@
 
 #include "polymesh/Execution/ReferenceRunner.h"
 #include "polymesh/Execution/ShardedRunner.h"
+#include "polymesh/InitAllDialects.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Arith/Transforms/ShardingInterfaceImpl.h"
-#include "mlir/Dialect/Func/Extensions/ShardingExtensions.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Linalg/Transforms/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
-#include "mlir/Dialect/Tensor/IR/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "mlir/Dialect/Tosa/IR/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Parser/Parser.h"
@@ -66,15 +62,7 @@ func.func @reshard(%a: tensor<8192x8192xf32> {polymesh.sharding = #polymesh.shar
 MLIRContext &context() {
   static MLIRContext *ctx = [] {
     DialectRegistry registry;
-    registry.insert<polymesh::PolymeshDialect, arith::ArithDialect,
-                    func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
-                    shard::ShardDialect, tensor::TensorDialect,
-                    tosa::TosaDialect>();
-    arith::registerShardingInterfaceExternalModels(registry);
-    func::registerShardingInterfaceExternalModels(registry);
-    linalg::registerShardingInterfaceExternalModels(registry);
-    tensor::registerShardingInterfaceExternalModels(registry);
-    tosa::registerShardingInterfaceExternalModels(registry);
+    polymesh::registerPolymeshInputDialects(registry);
     registerReferenceDialects(registry);
     auto *result = new MLIRContext(registry);
     result->loadAllAvailableDialects();

@@ -16,18 +16,14 @@
 
 #include "polymesh/Conversion/Passes.h"
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+#include "polymesh/InitAllDialects.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Arith/Transforms/ShardingInterfaceImpl.h"
-#include "mlir/Dialect/Func/Extensions/ShardingExtensions.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Linalg/Transforms/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
-#include "mlir/Dialect/Tensor/IR/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "mlir/Dialect/Tosa/IR/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -47,22 +43,14 @@
 
 namespace polymesh::fuzz {
 
-/// The registry of polymesh-opt (tools/polymesh-opt/polymesh-opt.cpp): keep
-/// the two in sync, or the fuzzers test another tool than the one users run.
+/// polymesh-opt's input dialects and models (polymesh/InitAllDialects.h), so
+/// the fuzzers test the tool users run, and the CPU lowering's dialects.
 /// Built once and never destroyed, so no exit-time destructor races the
 /// last context.
 inline const mlir::DialectRegistry &registry() {
   static const mlir::DialectRegistry *registry = [] {
     auto *r = new mlir::DialectRegistry();
-    r->insert<polymesh::PolymeshDialect, mlir::arith::ArithDialect,
-              mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
-              mlir::math::MathDialect, mlir::shard::ShardDialect,
-              mlir::tensor::TensorDialect, mlir::tosa::TosaDialect>();
-    mlir::arith::registerShardingInterfaceExternalModels(*r);
-    mlir::func::registerShardingInterfaceExternalModels(*r);
-    mlir::linalg::registerShardingInterfaceExternalModels(*r);
-    mlir::tensor::registerShardingInterfaceExternalModels(*r);
-    mlir::tosa::registerShardingInterfaceExternalModels(*r);
+    polymesh::registerPolymeshInputDialects(*r);
     // --polymesh-lower-to-cpu bufferizes and lowers to LLVM in-process.
     polymesh::registerHostLoweringDialects(*r);
     return r;

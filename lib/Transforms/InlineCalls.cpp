@@ -88,42 +88,48 @@ LogicalResult inlineOne(func::CallOp call, func::FuncOp callee) {
   return success();
 }
 
-/// Fails, at the first function that would grow past `limit` ops once
-/// its calls are copied in (a call chain that doubles at every level grows
-/// exponentially). `order` lists callees first.
+/// Fails, at the first function into which specialization would copy more
+/// than `limit` ops (a call chain that doubles at every level grows
+/// exponentially). A large function without calls is not limited here.
+/// `order` lists callees first.
 LogicalResult checkSpecializedSizes(ArrayRef<func::FuncOp> order,
                                     SymbolTableCollection &symbols,
                                     int64_t limit) {
+  // Ops of each function once its calls are copied in.
   llvm::DenseMap<Operation *, int64_t> sizes;
   for (func::FuncOp function : order) {
-    int64_t size = 0;
+    int64_t own = 0, copied = 0;
     function.walk([&](Operation *op) {
       auto call = dyn_cast<func::CallOp>(op);
       auto callee = call ? symbols.lookupNearestSymbolFrom<func::FuncOp>(
                                call, call.getCalleeAttr())
                          : func::FuncOp();
       auto it = callee ? sizes.find(callee) : sizes.end();
-      size = saturatingAdd(size, it == sizes.end() ? 1 : it->second);
+      if (it == sizes.end())
+        own = saturatingAdd(own, 1);
+      else
+        copied = saturatingAdd(copied, it->second);
     });
-    if (size > limit)
+    if (copied > limit)
       return function.emitError()
-             << "specializing its calls for propagation would copy " << size
+             << "specializing its calls for propagation would copy " << copied
              << " ops into @" << function.getSymName() << ", more than "
              << limit << " (docs/limits.md)";
-    sizes[function] = size;
+    sizes[function] = saturatingAdd(own, copied);
   }
   return success();
 }
 
 } // namespace
 
-LogicalResult polymesh::inlineCallsForPropagation(ModuleOp module) {
+LogicalResult polymesh::inlineCallsForPropagation(ModuleOp module,
+                                                  int64_t maxCopiedOps) {
   SmallVector<func::FuncOp> roots(module.getOps<func::FuncOp>());
   SymbolTableCollection symbols;
   FailureOr<SmallVector<func::FuncOp>> order =
       orderCalleesFirst(roots, symbols);
   if (failed(order) ||
-      failed(checkSpecializedSizes(*order, symbols, kMaxSpecializedOps)))
+      failed(checkSpecializedSizes(*order, symbols, maxCopiedOps)))
     return failure();
   // Callees come first, so the body copied into a caller has no calls left
   // but those of declarations.

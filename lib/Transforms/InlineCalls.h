@@ -11,10 +11,6 @@
 
 namespace polymesh {
 
-/// The most ops a function may hold once its calls are copied in
-/// (docs/limits.md).
-inline constexpr int64_t kMaxSpecializedOps = int64_t(1) << 20;
-
 /// Replaces every `func.call` of a function with a body by a copy of that
 /// body at the call site, callees first, so that each site is propagated
 /// (and later partitioned) with the shardings of its own operands and uses:
@@ -24,9 +20,10 @@ inline constexpr int64_t kMaxSpecializedOps = int64_t(1) << 20;
 /// Private callees left without calls are erased; public ones stay, as
 /// entry points of their own. Fails, with a diagnostic at the call, on a
 /// recursive call graph, on callees of more than one block, and on a
-/// function that would grow past `kMaxSpecializedOps` ops. Calls of
-/// declarations stay.
-mlir::LogicalResult inlineCallsForPropagation(mlir::ModuleOp module);
+/// function into which more than `maxCopiedOps` ops would be copied. Calls
+/// of declarations stay.
+mlir::LogicalResult inlineCallsForPropagation(mlir::ModuleOp module,
+                                              int64_t maxCopiedOps);
 
 } // namespace polymesh
 

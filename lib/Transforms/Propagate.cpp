@@ -1619,11 +1619,12 @@ LogicalResult FunctionPropagator::run() {
 class PolymeshPropagatePass final
     : public polymesh::impl::PolymeshPropagateBase<PolymeshPropagatePass> {
 public:
+  using PolymeshPropagateBase::PolymeshPropagateBase;
   void runOnOperation() final {
     ModuleOp module = getOperation();
     // Inter-procedural by specialization: each call site gets its own copy
     // of the callee before anything is propagated.
-    if (failed(inlineCallsForPropagation(module)))
+    if (failed(inlineCallsForPropagation(module, maxSpecializedOps)))
       return signalPassFailure();
     SymbolTableCollection symbols;
     bool failedAny = false;

@@ -40,6 +40,7 @@
 #include "polymesh/Execution/ShardedRunner.h"
 #include "polymesh/Execution/SumBounds.h"
 #include "polymesh/Execution/Tolerance.h"
+#include "polymesh/InitAllDialects.h"
 #include "polymesh/Runtime/Runtime.h"
 #include "polymesh/Support/LargeStack.h"
 #include "polymesh/Support/Saturating.h"
@@ -54,16 +55,11 @@
 #endif
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Arith/Transforms/ShardingInterfaceImpl.h"
-#include "mlir/Dialect/Func/Extensions/ShardingExtensions.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Linalg/Transforms/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
-#include "mlir/Dialect/Tensor/IR/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "mlir/Dialect/Tosa/IR/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Diagnostics.h"
@@ -402,15 +398,7 @@ llvm::Error fetchGroupPartials(std::vector<ShardedTensor> &results) {
 void registerDialects(DialectRegistry &registry) {
   // What polymesh-opt parses, with the same ShardingInterface models so
   // that propagation decides here exactly as it does there.
-  registry
-      .insert<polymesh::PolymeshDialect, arith::ArithDialect, func::FuncDialect,
-              linalg::LinalgDialect, math::MathDialect, shard::ShardDialect,
-              tensor::TensorDialect, tosa::TosaDialect>();
-  arith::registerShardingInterfaceExternalModels(registry);
-  func::registerShardingInterfaceExternalModels(registry);
-  linalg::registerShardingInterfaceExternalModels(registry);
-  tensor::registerShardingInterfaceExternalModels(registry);
-  tosa::registerShardingInterfaceExternalModels(registry);
+  polymesh::registerPolymeshInputDialects(registry);
   registerReferenceDialects(registry);
 }
 

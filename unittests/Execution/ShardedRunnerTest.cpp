@@ -18,18 +18,14 @@
 #include "polymesh/Execution/InputFill.h"
 #include "polymesh/Execution/ReferenceRunner.h"
 #include "polymesh/Execution/SumBounds.h"
+#include "polymesh/InitAllDialects.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Arith/Transforms/ShardingInterfaceImpl.h"
-#include "mlir/Dialect/Func/Extensions/ShardingExtensions.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
-#include "mlir/Dialect/Linalg/Transforms/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
-#include "mlir/Dialect/Tensor/IR/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
-#include "mlir/Dialect/Tosa/IR/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/MLIRContext.h"
@@ -50,15 +46,7 @@ protected:
     // What polymesh-run registers, sharding models included, so that
     // propagation decides as it does there.
     DialectRegistry registry;
-    registry.insert<polymesh::PolymeshDialect, arith::ArithDialect,
-                    func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
-                    shard::ShardDialect, tensor::TensorDialect,
-                    tosa::TosaDialect>();
-    arith::registerShardingInterfaceExternalModels(registry);
-    func::registerShardingInterfaceExternalModels(registry);
-    linalg::registerShardingInterfaceExternalModels(registry);
-    tensor::registerShardingInterfaceExternalModels(registry);
-    tosa::registerShardingInterfaceExternalModels(registry);
+    polymesh::registerPolymeshInputDialects(registry);
     registerReferenceDialects(registry);
     context.appendDialectRegistry(registry);
     context.getDiagEngine().registerHandler([this](Diagnostic &diag) {

@@ -73,8 +73,9 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
     The callee's argument and result shardings, and the call's own
     `polymesh.sharding`, become sharding constraints at the site. Private
     callees left without calls are erased. Recursive call graphs, callees of
-    more than one block, and functions that would grow past 2^20 ops are
-    refused at the call (or function) with a diagnostic.
+    more than one block, and functions into which more than
+    `max-specialized-ops` ops would be copied are refused at the call (or
+    function) with a diagnostic.
 
     Afterwards every op with tensor results carries `polymesh.sharding` (one
     sharding, or an array with one per result), every function argument and
@@ -90,6 +91,12 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
     chosen for them, with explicit reshards and a warning; they are never
     given a silently wrong sharding.
   }];
+  let options = [
+    Option<"maxSpecializedOps", "max-specialized-ops", "int64_t",
+           /*default=*/"int64_t(1) << 20",
+           "The most ops that specializing calls may copy into one function "
+           "(docs/limits.md)">,
+  ];
   let dependentDialects = ["::polymesh::PolymeshDialect"];
 }
 
