@@ -209,11 +209,16 @@ private:
   /// properties) share one rule, computed once. Its values are refreshed on
   /// every call, so a caller must not hold the reference across another
   /// call: inserted reshards replace operands, and other ops share it.
-  const std::optional<FactorRule> &ruleOf(Operation *op) {
+  /// `op`'s rule as shared with ops of its signature: its tensorValues
+  /// are another op's. Enough to ask what kind of rule it is.
+  std::optional<FactorRule> &sharedRuleOf(Operation *op) {
     auto [it, inserted] = ruleIndex.try_emplace(op, 0);
     if (inserted)
       it->second = sharedRuleIndex(op);
-    std::optional<FactorRule> &rule = rules[it->second];
+    return rules[it->second];
+  }
+  const std::optional<FactorRule> &ruleOf(Operation *op) {
+    std::optional<FactorRule> &rule = sharedRuleOf(op);
     if (rule) {
       SmallVector<Value> &values = rule->tensorValues;
       values.clear();
@@ -1312,6 +1317,9 @@ FlatSymbolRefAttr FunctionPropagator::meshOfScalarReaders(Value value) {
 
 LogicalResult FunctionPropagator::finalize() {
   MLIRContext *context = function.getContext();
+  // Uniqued once, not once per op.
+  StringAttr shardingName =
+      StringAttr::get(context, PolymeshDialect::kShardingAttrName);
   Operation *terminator = nullptr;
   for (Operation *op : bodyOps()) {
     if (op->hasTrait<OpTrait::IsTerminator>()) {
@@ -1362,7 +1370,7 @@ LogicalResult FunctionPropagator::finalize() {
       continue;
     }
     SmallVector<Attribute> shardings;
-    Attribute written = op->getAttr(PolymeshDialect::kShardingAttrName);
+    Attribute written = op->getAttr(shardingName);
     auto writtenList = dyn_cast_or_null<ArrayAttr>(written);
     for (Value result : op->getResults()) {
       if (!isTracked(result))
@@ -1381,10 +1389,9 @@ LogicalResult FunctionPropagator::finalize() {
              << "cannot record shardings: the op mixes tensor and "
                 "non-tensor results";
     if (shardings.size() == 1)
-      op->setAttr(PolymeshDialect::kShardingAttrName, shardings.front());
+      op->setAttr(shardingName, shardings.front());
     else
-      op->setAttr(PolymeshDialect::kShardingAttrName,
-                  ArrayAttr::get(context, shardings));
+      op->setAttr(shardingName, ArrayAttr::get(context, shardings));
   }
   // Attributes of all arguments and results are rebuilt at once: setting
   // them one by one copies the whole attribute array each time.
@@ -1465,7 +1472,7 @@ bool FunctionPropagator::isPassThrough(Operation *op) {
     return true;
   if (isa<ReshardOp, TransferOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
     return false;
-  const std::optional<FactorRule> &rule = ruleOf(op);
+  const std::optional<FactorRule> &rule = sharedRuleOf(op);
   return rule && rule->isIdentity;
 }
 
