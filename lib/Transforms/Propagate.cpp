@@ -119,6 +119,22 @@ struct Proposal {
   SmallVector<int64_t> priorities;
 };
 
+/// Hashes ops and values by address. Both are allocated in program order,
+/// so program neighbours land in neighbouring buckets and a sweep walks the
+/// tables nearly in order; the default hash scatters them, and at a million
+/// leaves nearly every lookup missed the caches.
+struct AddressOrderOpInfo : llvm::DenseMapInfo<Operation *> {
+  static unsigned getHashValue(const Operation *op) {
+    return static_cast<unsigned>(reinterpret_cast<uintptr_t>(op) >> 4);
+  }
+};
+struct AddressOrderValueInfo : llvm::DenseMapInfo<Value> {
+  static unsigned getHashValue(Value value) {
+    return static_cast<unsigned>(
+        reinterpret_cast<uintptr_t>(value.getAsOpaquePointer()) >> 4);
+  }
+};
+
 class FunctionPropagator {
 public:
   FunctionPropagator(FunctionOpInterface function, ModuleOp module,
@@ -306,9 +322,9 @@ private:
   ModuleOp module;
   SymbolTableCollection &symbols;
   llvm::DenseMap<Attribute, MeshAttr> meshes;
-  llvm::DenseMap<Value, ShardingAttr> known;
+  llvm::DenseMap<Value, ShardingAttr, AddressOrderValueInfo> known;
   /// Rules live in a deque (stable references); the maps hold indices.
-  llvm::DenseMap<Operation *, unsigned> ruleIndex;
+  llvm::DenseMap<Operation *, unsigned, AddressOrderOpInfo> ruleIndex;
   std::map<std::vector<const void *>, unsigned> ruleBySignature;
   std::deque<std::optional<FactorRule>> rules;
   SmallVector<Operation *> opsCache;
@@ -317,13 +333,13 @@ private:
   bool reopened = false;
   llvm::SmallPtrSet<Operation *, 4> warned;
   /// Ops whose values are all placed and agree; nothing changes them again.
-  llvm::DenseSet<Operation *> settled;
+  llvm::DenseSet<Operation *, AddressOrderOpInfo> settled;
   /// The op being placed, for diagnostics raised while pricing it.
   Operation *currentOp = nullptr;
   llvm::SmallPtrSet<Operation *, 4> dynamicReported;
   bool hadError = false;
   /// Ops whose results the user annotated.
-  llvm::DenseSet<Operation *> pinnedOps;
+  llvm::DenseSet<Operation *, AddressOrderOpInfo> pinnedOps;
   static constexpr int64_t kPinnedPenalty = int64_t(1) << 50;
 
   /// User priorities, when some annotation of the function writes one: per
@@ -334,7 +350,8 @@ private:
   bool usesPriorities = false;
   SmallVector<int64_t> stages;
   int64_t stage = kUnprioritized;
-  llvm::DenseMap<Value, SmallVector<int64_t, 4>> dimPriorities;
+  llvm::DenseMap<Value, SmallVector<int64_t, 4>, AddressOrderValueInfo>
+      dimPriorities;
 
   /// Members of each sharding group, in program order, and the group's
   /// first op (where its diagnostics point).
