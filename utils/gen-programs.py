@@ -60,6 +60,9 @@ KNOWN = {
 
 # Features left out of generation (set from --avoid / --avoid-known).
 AVOID = set()
+# --calls: outline some ops into private helpers called with func.call (the
+# same computation; propagation specializes each call site).
+OUTLINE = {"calls": False}
 
 
 class Invalid(Exception):
@@ -347,13 +350,44 @@ def emit_func(func, types):
         attr = " {polymesh.sharding = %s}" % s.attr() if s else ""
         res.append(types[v].type() + attr)
     amb = " attributes {polymesh.ambient_mesh = @%s}" % func.ambient if func.ambient else ""
+    helpers = []
     out.append("func.func @%s(%s) -> (%s)%s {" % (func.name, ", ".join(sig), ", ".join(res), amb))
     for rid, op in func.ops:
-        out.extend("  " + line for line in emit_op(rid, op, types))
+        lines = emit_op(rid, op, types)
+        if OUTLINE["calls"] and outlined(func, rid, op):
+            helper, call = outline(func, rid, op, types, lines)
+            helpers.extend(helper)
+            lines = [call]
+        out.extend("  " + line for line in lines)
     out.append("  return %s : %s" % (", ".join("%%v%d" % v for v, _ in func.results),
                                      ", ".join(types[v].type() for v, _ in func.results)))
     out.append("}")
-    return out
+    return helpers + out
+
+
+def outlined(func, rid, op):
+    """Whether --calls moves op `rid` into a helper: about a third of the
+    computing ops, chosen by name so that a shrunk module keeps its calls."""
+    if op.kind in ("reshard", "constraint") or not op.operands:
+        return False
+    return random.Random("call:%s:%d" % (func.name, rid)).random() < 0.35
+
+
+def outline(func, rid, op, types, lines):
+    """The helper holding `lines` (the op as emitted, operands as
+    parameters) and the call that replaces them."""
+    params = list(dict.fromkeys(op.operands))
+    name = "%s_call%d" % (func.name, rid)
+    sig = ", ".join("%%v%d: %s" % (o, types[o].type()) for o in params)
+    helper = ["func.func private @%s(%s) -> %s {" % (name, sig, types[rid].type())]
+    helper.extend("  " + line for line in lines)
+    helper.append("  return %%v%d : %s" % (rid, types[rid].type()))
+    helper.append("}")
+    helper.append("")
+    call = "%%v%d = func.call @%s(%s) : (%s) -> %s" % (
+        rid, name, ", ".join("%%v%d" % o for o in params),
+        ", ".join(types[o].type() for o in params), types[rid].type())
+    return helper, call
 
 
 def emit_op(rid, op, types):
@@ -1416,11 +1450,14 @@ def main():
     p.add_argument("--polymesh-run", default=None)
     p.add_argument("--polymesh-opt", default=None)
     p.add_argument("--timeout", type=float, default=300, help="seconds per tool run")
+    p.add_argument("--calls", action="store_true",
+                   help="outline about a third of the computing ops into private helpers called by func.call")
     args = p.parse_args()
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 31)
         print("seed %d" % args.seed)
     AVOID.update(set(KNOWN) if args.avoid_known else set(args.avoid or []))
+    OUTLINE["calls"] = args.calls
     if args.emit is not None:
         kind, meshes, funcs = build_module(args.seed, args.emit, args.funcs_per_module, AVOID)
         print(emit_module(meshes, funcs, ["// gen-programs.py --seed %d, module %d (%s)"

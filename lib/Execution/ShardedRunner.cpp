@@ -17,6 +17,7 @@
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Execution/SumBounds.h"
 #include "polymesh/Runtime/PolymeshRuntime.h"
+#include "polymesh/Transforms/InlineCalls.h"
 #include "polymesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
@@ -438,7 +439,13 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
 
   OwningOpRef<ModuleOp> planned(module.clone());
   // Numbered before propagation, so that --verify can find a reordered sum
-  // again in the unplanned module it runs as the reference.
+  // again in the unplanned module it runs as the reference. Calls are
+  // specialized first (propagation's own first step, then a no-op there),
+  // as computeSumBounds does to the reference: a reduction in a callee is
+  // numbered where its copy stands.
+  if (failed(inlineCallsForPropagation(*planned, kDefaultMaxSpecializedOps)))
+    return error("--polymesh-propagate failed: its calls cannot be "
+                 "specialized");
   tagReductions(*planned);
   {
     // Errors go on to the caller's handler; warnings and remarks (an op

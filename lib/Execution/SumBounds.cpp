@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Execution/SumBounds.h"
+#include "polymesh/Transforms/InlineCalls.h"
 
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
@@ -151,6 +152,10 @@ execution::computeSumBounds(ModuleOp module, llvm::StringRef name,
     return bounds;
   module.getContext()->getOrLoadDialect<math::MathDialect>();
   OwningOpRef<ModuleOp> magnitudes(module.clone());
+  // The same op structure as the sharded program's (ShardedRunner
+  // specializes calls before it numbers reductions).
+  if (failed(inlineCallsForPropagation(*magnitudes, kDefaultMaxSpecializedOps)))
+    return error("the calls of @" + name + " cannot be specialized");
   auto func = magnitudes->lookupSymbol<func::FuncOp>(name);
   if (!func || func.isExternal())
     return error("no function named @" + name + " with a body");

@@ -13,7 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "InlineCalls.h"
+#include "polymesh/Transforms/InlineCalls.h"
 
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"

@@ -10,10 +10,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "InlineCalls.h"
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Support/Saturating.h"
+#include "polymesh/Transforms/InlineCalls.h"
 #include "polymesh/Transforms/Passes.h"
 #include "polymesh/Transforms/ShardingRules.h"
 

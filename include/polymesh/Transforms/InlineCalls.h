@@ -1,15 +1,24 @@
 //===- InlineCalls.h - Call sites specialized for propagation ---*- C++ -*-===//
 //
-// Part of Polymesh. Internal to lib/Transforms.
+// Part of Polymesh.
+//
+//===----------------------------------------------------------------------===//
+//
+// --polymesh-propagate's first step, public so that polymesh-run's --verify
+// can give the reference the same op structure as the sharded program: the
+// two must number their reductions alike (Execution/SumBounds.h).
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef POLYMESH_LIB_TRANSFORMS_INLINECALLS_H
-#define POLYMESH_LIB_TRANSFORMS_INLINECALLS_H
+#ifndef POLYMESH_TRANSFORMS_INLINECALLS_H
+#define POLYMESH_TRANSFORMS_INLINECALLS_H
 
 #include "mlir/IR/BuiltinOps.h"
 
 namespace polymesh {
+
+/// The default of --polymesh-propagate's `max-specialized-ops`.
+inline constexpr int64_t kDefaultMaxSpecializedOps = int64_t(1) << 20;
 
 /// Replaces every `func.call` of a function with a body by a copy of that
 /// body at the call site, callees first, so that each site is propagated
@@ -27,4 +36,4 @@ mlir::LogicalResult inlineCallsForPropagation(mlir::ModuleOp module,
 
 } // namespace polymesh
 
-#endif // POLYMESH_LIB_TRANSFORMS_INLINECALLS_H
+#endif // POLYMESH_TRANSFORMS_INLINECALLS_H
