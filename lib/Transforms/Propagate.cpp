@@ -221,10 +221,6 @@ private:
                                          const FactorAxes &axes,
                                          ArrayRef<int64_t> factorPriorities);
 
-  /// The op's rule. Ops of one signature (name, operand and result types,
-  /// properties) share one rule, computed once. Its values are refreshed on
-  /// every call, so a caller must not hold the reference across another
-  /// call: inserted reshards replace operands, and other ops share it.
   /// `op`'s rule as shared with ops of its signature: its tensorValues
   /// are another op's. Enough to ask what kind of rule it is.
   std::optional<FactorRule> &sharedRuleOf(Operation *op) {
@@ -233,6 +229,10 @@ private:
       it->second = sharedRuleIndex(op);
     return rules[it->second];
   }
+  /// The op's rule. Ops of one signature (name, operand and result types,
+  /// properties) share one rule, computed once. Its values are refreshed on
+  /// every call, so a caller must not hold the reference across another
+  /// call: inserted reshards replace operands, and other ops share it.
   const std::optional<FactorRule> &ruleOf(Operation *op) {
     std::optional<FactorRule> &rule = sharedRuleOf(op);
     if (rule) {
@@ -1482,8 +1482,6 @@ void FunctionPropagator::cloneSharedConstants() {
   }
 }
 
-/// Forward and backward over `active` until no value gets a sharding;
-/// settled ops drop out.
 bool FunctionPropagator::isPassThrough(Operation *op) {
   if (isa<ShardingConstraintOp, PropagationBarrierOp, ShardingGroupOp>(op))
     return true;
@@ -1493,6 +1491,8 @@ bool FunctionPropagator::isPassThrough(Operation *op) {
   return rule && rule->isIdentity;
 }
 
+/// Forward and backward over `active` until no value gets a sharding;
+/// settled ops drop out.
 void FunctionPropagator::sweep(SmallVectorImpl<Operation *> &active) {
   bool changed = true;
   while (changed) {

@@ -8,6 +8,7 @@
 #define POLYMESH_TRANSFORMS_PASSES_H
 
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
+#include "polymesh/Transforms/InlineCalls.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

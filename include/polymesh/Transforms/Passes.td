@@ -93,7 +93,7 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
   }];
   let options = [
     Option<"maxSpecializedOps", "max-specialized-ops", "int64_t",
-           /*default=*/"int64_t(1) << 20",
+           /*default=*/"::polymesh::kDefaultMaxSpecializedOps",
            "The most ops that specializing calls may copy into one function "
            "(docs/limits.md)">,
   ];
