@@ -124,6 +124,9 @@ JitModule::create(ModuleOp module, const JitOptions &options) {
                                                /*targetMachine=*/nullptr);
   ExecutionEngineOptions engineOptions;
   engineOptions.transformer = transformer;
+  engineOptions.jitCodeGenOptLevel =
+      llvm::CodeGenOpt::getLevel(static_cast<int>(options.optLevel))
+          .value_or(llvm::CodeGenOptLevel::Default);
   llvm::StringRef libs[] = {kCRunnerUtils};
   engineOptions.sharedLibPaths = libs;
   engineOptions.enableGDBNotificationListener = false;

@@ -1,4 +1,8 @@
 // RUN: polymesh-run %s --verify | FileCheck %s
+// The JIT's optimization level does not change a result (IEEE semantics at
+// every level): the same checks at -O0 and -O3.
+// RUN: polymesh-run %s --verify --opt-level=0 | FileCheck %s
+// RUN: polymesh-run %s --verify --opt-level=3 | FileCheck %s
 
 // --verify on functions that compute: each runs as the CPU pipeline compiles
 // it (--polymesh-propagate, --polymesh-plan, --polymesh-partition,

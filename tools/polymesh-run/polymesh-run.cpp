@@ -167,6 +167,13 @@ llvm::cl::opt<bool> printResults(
     llvm::cl::desc("Print the leading elements of every reference result"),
     llvm::cl::cat(runCategory));
 
+llvm::cl::opt<unsigned> jitOptLevel(
+    "opt-level",
+    llvm::cl::desc("LLVM optimization level (0-3) of the JIT-compiled "
+                   "reference and sharded programs; results do not depend "
+                   "on it, 0 compiles fastest (default 2)"),
+    llvm::cl::init(2), llvm::cl::cat(runCategory));
+
 enum class ShardedPath { Partition, Executor };
 
 llvm::cl::opt<ShardedPath> shardedPath(
@@ -636,6 +643,7 @@ BackendFactory backendFactory() {
 /// the simulated ones).
 ShardedRunnerOptions shardedOptions() {
   ShardedRunnerOptions options;
+  options.jit.optLevel = jitOptLevel;
 #if POLYMESH_HAVE_MPI
   if (backend == "mpi")
     useMpiBackend(options, *mpiWorld, ownership,
@@ -1132,7 +1140,9 @@ int runMain() {
       return 1;
   }
 
-  auto runner = ReferenceRunner::create(*module, *names);
+  JitOptions referenceJit;
+  referenceJit.optLevel = jitOptLevel;
+  auto runner = ReferenceRunner::create(*module, *names, referenceJit);
   if (!runner) {
     llvm::errs() << "error: " << llvm::toString(runner.takeError()) << "\n";
     return 1;
@@ -1220,6 +1230,11 @@ int main(int argc, char **argv) {
       "over a sharded dimension, which must lie within the rounding bound of "
       "their reordered additions (--verify=exact: bit for bit "
       "everywhere).\n");
+  if (jitOptLevel > 3) {
+    llvm::errs() << "error: --opt-level=" << jitOptLevel
+                 << ": the LLVM optimization level is 0, 1, 2 or 3\n";
+    return 1;
+  }
   if (multiProcess()) {
 #if POLYMESH_HAVE_MPI
     absl::StatusOr<std::unique_ptr<runtime::MpiWorld>> world =

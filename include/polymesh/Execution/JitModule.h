@@ -58,9 +58,9 @@ namespace polymesh::execution {
 void registerJitTranslations(mlir::DialectRegistry &registry);
 
 struct JitOptions {
-  /// LLVM IR optimization level (0-3) before code generation. Optimization
-  /// keeps IEEE semantics (no fast-math, no FMA contraction), so results do
-  /// not depend on it.
+  /// LLVM optimization level (0-3) of the IR optimizer and of code
+  /// generation. Optimization keeps IEEE semantics (no fast-math, no FMA
+  /// contraction), so results do not depend on it; 0 compiles fastest.
   unsigned optLevel = 2;
   /// Functions the module calls that this process provides besides the
   /// loopback runtime's C ABI (CUDA-lowered code: the CUDA runtime's
