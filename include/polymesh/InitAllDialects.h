@@ -27,6 +27,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Transforms/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Tensor/IR/ShardingInterfaceImpl.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -42,8 +43,9 @@ namespace polymesh {
 inline void registerPolymeshInputDialects(mlir::DialectRegistry &registry) {
   registry.insert<PolymeshDialect, mlir::arith::ArithDialect,
                   mlir::func::FuncDialect, mlir::linalg::LinalgDialect,
-                  mlir::math::MathDialect, mlir::shard::ShardDialect,
-                  mlir::tensor::TensorDialect, mlir::tosa::TosaDialect>();
+                  mlir::math::MathDialect, mlir::scf::SCFDialect,
+                  mlir::shard::ShardDialect, mlir::tensor::TensorDialect,
+                  mlir::tosa::TosaDialect>();
   mlir::arith::registerShardingInterfaceExternalModels(registry);
   mlir::func::registerShardingInterfaceExternalModels(registry);
   mlir::linalg::registerShardingInterfaceExternalModels(registry);

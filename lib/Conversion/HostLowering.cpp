@@ -209,6 +209,9 @@ void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
   bufferize.bufferizeFunctionBoundaries = true;
   bufferize.functionBoundaryTypeConversion =
       bufferization::LayoutMapOption::IdentityLayoutMap;
+  // A loop body computes a carried tensor into a new buffer (tanh of a
+  // matmul); the deallocation pipeline below frees the old one.
+  bufferize.allowReturnAllocsFromLoops = true;
   pm.addPass(std::make_unique<DropEmptyConcatOperandsPass>());
   // Right before bufferization: the TOSA and elementwise passes above fold
   // `x op x` into `x` (max, min, and, or), which can make a value returned

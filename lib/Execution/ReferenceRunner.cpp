@@ -15,6 +15,7 @@
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Transforms/CallGraph.h"
+#include "polymesh/Transforms/ControlFlow.h"
 #include "polymesh/Transforms/TensorLimits.h"
 
 #include "mlir/Conversion/AffineToStandard/AffineToStandard.h"
@@ -269,22 +270,9 @@ LogicalResult polymesh::execution::checkReferenceLimits(
   for (func::FuncOp func : llvm::reverse(*reachable)) {
     if (failed(polymesh::checkTensorSizes(func)))
       return failure();
-    // As --polymesh-partition: values inside regions (linalg bodies) are
-    // scalars. A region that yields tensors is refused with partitioning's
-    // words, because upstream's bufferization analysis is exponential in
-    // the nesting of such regions (30 nested scf.execute_region: minutes).
-    WalkResult nested = func.walk([&](Operation *op) {
-      if (op->getParentOp() == func.getOperation())
-        return WalkResult::advance();
-      for (Type type : op->getResultTypes())
-        if (isa<TensorType>(type)) {
-          op->emitError() << "cannot be partitioned: tensors inside regions "
-                             "are not supported";
-          return WalkResult::interrupt();
-        }
-      return WalkResult::advance();
-    });
-    if (nested.wasInterrupted())
+    // As --polymesh-partition, and before upstream's bufferization, whose
+    // analysis is exponential in nested scf.execute_region.
+    if (failed(polymesh::checkTensorRegions(func)))
       return failure();
   }
   return success();

@@ -17,6 +17,7 @@
 
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Transforms/ControlFlow.h"
 #include "polymesh/Transforms/Passes.h"
 #include "polymesh/Transforms/TensorLimits.h"
 
@@ -24,6 +25,7 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Tosa/IR/TosaOps.h"
 #include "mlir/IR/Builders.h"
@@ -35,6 +37,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/SmallBitVector.h"
 
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -93,6 +96,8 @@ bool isZero(Value value) {
   return false;
 }
 
+bool isControlFlow(Operation &op) { return isTensorControlFlow(&op); }
+
 class FunctionPartitioner {
 public:
   /// `stepCopies` counts device classes x plan steps over the module's
@@ -109,8 +114,14 @@ public:
 private:
   ShardingAttr shardingOf(Operation *op, unsigned index);
   LogicalResult collect();
+  LogicalResult collectBlock(Block &block);
   LogicalResult buildClass(unsigned classIndex, int64_t representative,
                            ArrayRef<int64_t> classDevices);
+  LogicalResult partitionBlock(Block &block, OpBuilder &builder,
+                               IRMapping &mapping);
+  LogicalResult partitionControlFlow(Operation &op, OpBuilder &builder,
+                                     IRMapping &mapping);
+  LogicalResult checkDecisions(Operation &op);
   RankedTensorType localType(Value value, int64_t position) const;
   FlatSymbolRefAttr planFunction(TransferOp transfer);
   Value tableLookup(OpBuilder &builder, Location loc, Value table,
@@ -131,6 +142,12 @@ private:
   /// Sorted ids of every device of every mesh the function names.
   std::vector<int64_t> devices;
   llvm::DenseMap<Operation *, FlatSymbolRefAttr> plans;
+  /// While a class is built: its representative's position, and the class
+  /// function's runtime, device and position arguments.
+  int64_t representative = 0;
+  Value runtime, device, position;
+  /// Adds a tensor value with its sharding to `infos`.
+  std::function<LogicalResult(Value, ShardingAttr, Operation *)> addValue;
 };
 
 ShardingAttr FunctionPartitioner::shardingOf(Operation *op, unsigned index) {
@@ -180,39 +197,10 @@ LogicalResult FunctionPartitioner::collect() {
                        index, PolymeshDialect::kShardingAttrName),
                    function)))
       return failure();
-  Block &body = function.getBody().front();
-  for (Operation &op : body) {
-    if (isa<ReshardOp>(op))
-      return op.emitError() << "is not planned; run --polymesh-plan before "
-                               "--polymesh-partition";
-    if (isa<func::CallOp, ExchangeOp>(op))
-      return op.emitError() << "cannot be partitioned: partitioning is "
-                               "per function and does not follow calls";
-    // Values inside regions (linalg bodies) are scalars; a region that
-    // yields tensors would need its own tiles.
-    WalkResult nested = op.walk([&](Operation *inner) {
-      if (inner == &op)
-        return WalkResult::advance();
-      for (Type type : inner->getResultTypes())
-        if (isa<TensorType>(type)) {
-          inner->emitError() << "cannot be partitioned: tensors inside "
-                                "regions are not supported";
-          return WalkResult::interrupt();
-        }
-      return WalkResult::advance();
-    });
-    if (nested.wasInterrupted())
-      return failure();
-    for (OpResult result : op.getResults()) {
-      ShardingAttr sharding = shardingOf(&op, result.getResultNumber());
-      if (auto constraint = dyn_cast<ShardingConstraintOp>(op))
-        sharding = constraint.getSharding();
-      if (auto transfer = dyn_cast<TransferOp>(op))
-        sharding = transfer.getDestination();
-      if (failed(add(result, sharding, &op)))
-        return failure();
-    }
-  }
+  addValue = add;
+  if (failed(checkTensorRegions(function)) ||
+      failed(collectBlock(function.getBody().front())))
+    return failure();
 
   std::vector<int64_t> ids;
   llvm::SmallPtrSet<Attribute, 8> meshesSeen;
@@ -244,6 +232,40 @@ LogicalResult FunctionPartitioner::collect() {
       size_t at = positionOf[mesh.deviceAt(p)] * rank;
       std::copy_n(lo.begin() + p * rank, rank, info.lo.begin() + at);
       std::copy_n(extent.begin() + p * rank, rank, info.extent.begin() + at);
+    }
+  }
+  return success();
+}
+
+LogicalResult FunctionPartitioner::collectBlock(Block &block) {
+  for (Operation &op : block) {
+    if (isa<ReshardOp>(op))
+      return op.emitError() << "is not planned; run --polymesh-plan before "
+                               "--polymesh-partition";
+    if (isa<func::CallOp, ExchangeOp>(op))
+      return op.emitError() << "cannot be partitioned: partitioning is "
+                               "per function and does not follow calls";
+    for (OpResult result : op.getResults()) {
+      ShardingAttr sharding = shardingOf(&op, result.getResultNumber());
+      if (auto constraint = dyn_cast<ShardingConstraintOp>(op))
+        sharding = constraint.getSharding();
+      if (auto transfer = dyn_cast<TransferOp>(op))
+        sharding = transfer.getDestination();
+      if (failed(addValue(result, sharding, &op)))
+        return failure();
+    }
+    if (isControlFlow(op)) {
+      for (Region &region : op.getRegions())
+        for (Block &inner : region) {
+          for (BlockArgument arg : inner.getArguments()) {
+            auto it = infoOf.find(getShardingSource(arg));
+            if (it != infoOf.end())
+              infoOf[arg] = it->second;
+          }
+          if (failed(collectBlock(inner)))
+            return failure();
+        }
+      continue;
     }
   }
   return success();
@@ -443,50 +465,14 @@ LogicalResult FunctionPartitioner::globalizeIndices(Operation &op,
   return success();
 }
 
-LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
-                                              int64_t representative,
-                                              ArrayRef<int64_t> classDevices) {
+/// Partitions the ops of `source` into the builder's block for the class
+/// being built: tensors take their tiles' types, transfers become
+/// exchanges, control flow is partitioned region by region.
+LogicalResult FunctionPartitioner::partitionBlock(Block &source,
+                                                  OpBuilder &builder,
+                                                  IRMapping &mapping) {
   MLIRContext *context = function.getContext();
-  OpBuilder builder(context);
-  builder.setInsertionPoint(function);
-  Location loc = function.getLoc();
-
-  SmallVector<Type> argTypes = {LLVM::LLVMPointerType::get(context),
-                                builder.getI64Type(), builder.getIndexType()};
-  for (BlockArgument arg : function.getArguments())
-    argTypes.push_back(isa<RankedTensorType>(arg.getType())
-                           ? localType(arg, representative)
-                           : arg.getType());
-  Operation *terminator = function.getBody().front().getTerminator();
-  SmallVector<Type> resultTypes;
-  for (Value operand : terminator->getOperands())
-    resultTypes.push_back(isa<RankedTensorType>(operand.getType())
-                              ? localType(operand, representative)
-                              : operand.getType());
-
-  auto local = func::FuncOp::create(
-      builder, loc,
-      (function.getSymName() + "__part" + Twine(classIndex)).str(),
-      builder.getFunctionType(argTypes, resultTypes));
-  local.setVisibility(function.getVisibility());
-  local->setAttr(PolymeshDialect::kPartitionOfAttrName,
-                 function.getSymNameAttr());
-  local->setAttr(PolymeshDialect::kDevicesAttrName,
-                 builder.getDenseI64ArrayAttr(classDevices));
-  for (unsigned i = 0, e = function.getNumResults(); i < e; ++i)
-    if (auto leaf = function.getResultAttr(i, PolymeshDialect::kLeafAttrName))
-      local.setResultAttr(i, PolymeshDialect::kLeafAttrName, leaf);
-  Block *block = local.addEntryBlock();
-  builder.setInsertionPointToStart(block);
-  Value runtime = block->getArgument(0);
-  Value device = block->getArgument(1);
-  Value position = block->getArgument(2);
-
-  IRMapping mapping;
-  for (auto [index, arg] : llvm::enumerate(function.getArguments()))
-    mapping.map(arg, block->getArgument(index + 3));
-
-  for (Operation &op : function.getBody().front()) {
+  for (Operation &op : source) {
     Location opLoc = op.getLoc();
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
       SmallVector<Value> operands;
@@ -566,6 +552,11 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
                 cast<RankedTensorType>(result.getType()).getElementType()));
       continue;
     }
+    if (isControlFlow(op)) {
+      if (failed(partitionControlFlow(op, builder, mapping)))
+        return failure();
+      continue;
+    }
     // A partial sum must start from zero everywhere but once per reduction
     // group; an init that is not zero would be counted once per member.
     if (auto dps = dyn_cast<DestinationStyleOpInterface>(op)) {
@@ -616,6 +607,164 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
       reshape->setOperand(1, localShape);
     }
   }
+  return success();
+}
+
+/// Every device runs tensor control flow and takes the same decisions
+/// (trip counts, branches), since the exchanges inside are collective. So
+/// the scalars they are computed from may read only tensors that every
+/// device of the function holds whole: replicated on a mesh of all of them.
+/// A device outside the mesh would decide on memory it was never given.
+/// The walk goes through scalars carried by enclosing or earlier control
+/// flow to what feeds them (a counter whose init was read from a tile).
+LogicalResult FunctionPartitioner::checkDecisions(Operation &op) {
+  // Each value with the op that reads it, for the diagnostic.
+  SmallVector<std::pair<Value, Operation *>> worklist;
+  if (auto loop = dyn_cast<scf::ForOp>(op)) {
+    for (Value bound :
+         {loop.getLowerBound(), loop.getUpperBound(), loop.getStep()})
+      worklist.push_back({bound, &op});
+  } else if (auto branch = dyn_cast<scf::IfOp>(op)) {
+    worklist.push_back({branch.getCondition(), &op});
+  } else if (auto loop = dyn_cast<scf::WhileOp>(op)) {
+    scf::ConditionOp condition = loop.getConditionOp();
+    worklist.push_back({condition.getCondition(), condition});
+  } else if (auto switchOp = dyn_cast<scf::IndexSwitchOp>(op)) {
+    worklist.push_back({switchOp.getArg(), &op});
+  }
+  auto pushFeeders = [&](Value owner) {
+    Operation *carrier =
+        isa<OpResult>(owner)
+            ? owner.getDefiningOp()
+            : cast<BlockArgument>(owner).getOwner()->getParentOp();
+    for (CarriedValue &carried : getCarriedValues(carrier))
+      if (llvm::is_contained(carried.owners, owner))
+        for (OpOperand *feeder : carried.feeders)
+          worklist.push_back({feeder->get(), feeder->getOwner()});
+  };
+  DenseSet<Value> seen;
+  while (!worklist.empty()) {
+    auto [value, reader] = worklist.pop_back_val();
+    if (!seen.insert(value).second)
+      continue;
+    if (auto it = infoOf.find(value); it != infoOf.end()) {
+      const ValueInfo &info = infos[it->second];
+      bool whole =
+          info.sharding.getUnreduced().empty() &&
+          llvm::all_of(info.sharding.getDims(), [](DimShardingAttr dim) {
+            return dim.getAxes().empty();
+          });
+      if (whole &&
+          info.layout->numDevices() == static_cast<int64_t>(devices.size()))
+        continue;
+      return reader->emitError()
+             << "cannot be partitioned: '" << op.getName()
+             << "' decides on a value placed as " << info.sharding
+             << ", which not every device of the function holds whole; "
+                "every device runs the control flow and must take the same "
+                "decisions (replicate the value on a mesh of all "
+             << devices.size() << " devices)";
+    }
+    if (auto arg = dyn_cast<BlockArgument>(value)) {
+      // Function arguments that are not tensors are given to every device
+      // alike; a loop's induction variable follows its bounds, checked
+      // with the loop.
+      if (isTensorControlFlow(arg.getOwner()->getParentOp()))
+        pushFeeders(value);
+      continue;
+    }
+    Operation *producer = value.getDefiningOp();
+    if (isTensorControlFlow(producer)) {
+      // Its own decisions are checked with it.
+      pushFeeders(value);
+      continue;
+    }
+    for (Value operand : producer->getOperands())
+      worklist.push_back({operand, producer});
+  }
+  return success();
+}
+
+/// Control flow keeps its form with local types: each region argument and
+/// result takes its tile's type, and the ops of each region are partitioned
+/// in place. Every device runs the loop (its exchanges are collective).
+LogicalResult FunctionPartitioner::partitionControlFlow(Operation &op,
+                                                        OpBuilder &builder,
+                                                        IRMapping &mapping) {
+  if (failed(checkDecisions(op)))
+    return failure();
+  Operation *copy = builder.cloneWithoutRegions(op, mapping);
+  copy->removeAttr(PolymeshDialect::kShardingAttrName);
+  for (OpResult result : copy->getResults()) {
+    Value original = op.getResult(result.getResultNumber());
+    if (isa<RankedTensorType>(original.getType()))
+      result.setType(localType(original, representative));
+  }
+  for (auto [from, to] : llvm::zip(op.getRegions(), copy->getRegions())) {
+    for (Block &block : from) {
+      auto *local = new Block();
+      to.push_back(local);
+      for (BlockArgument arg : block.getArguments()) {
+        Type type = isa<RankedTensorType>(arg.getType())
+                        ? Type(localType(arg, representative))
+                        : arg.getType();
+        mapping.map(arg, local->addArgument(type, arg.getLoc()));
+      }
+      OpBuilder::InsertionGuard guard(builder);
+      builder.setInsertionPointToEnd(local);
+      if (failed(partitionBlock(block, builder, mapping)))
+        return failure();
+    }
+  }
+  mapping.map(op.getResults(), copy->getResults());
+  return success();
+}
+
+LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
+                                              int64_t representative,
+                                              ArrayRef<int64_t> classDevices) {
+  MLIRContext *context = function.getContext();
+  OpBuilder builder(context);
+  builder.setInsertionPoint(function);
+  Location loc = function.getLoc();
+
+  SmallVector<Type> argTypes = {LLVM::LLVMPointerType::get(context),
+                                builder.getI64Type(), builder.getIndexType()};
+  for (BlockArgument arg : function.getArguments())
+    argTypes.push_back(isa<RankedTensorType>(arg.getType())
+                           ? localType(arg, representative)
+                           : arg.getType());
+  Operation *terminator = function.getBody().front().getTerminator();
+  SmallVector<Type> resultTypes;
+  for (Value operand : terminator->getOperands())
+    resultTypes.push_back(isa<RankedTensorType>(operand.getType())
+                              ? localType(operand, representative)
+                              : operand.getType());
+
+  auto local = func::FuncOp::create(
+      builder, loc,
+      (function.getSymName() + "__part" + Twine(classIndex)).str(),
+      builder.getFunctionType(argTypes, resultTypes));
+  local.setVisibility(function.getVisibility());
+  local->setAttr(PolymeshDialect::kPartitionOfAttrName,
+                 function.getSymNameAttr());
+  local->setAttr(PolymeshDialect::kDevicesAttrName,
+                 builder.getDenseI64ArrayAttr(classDevices));
+  for (unsigned i = 0, e = function.getNumResults(); i < e; ++i)
+    if (auto leaf = function.getResultAttr(i, PolymeshDialect::kLeafAttrName))
+      local.setResultAttr(i, PolymeshDialect::kLeafAttrName, leaf);
+  Block *block = local.addEntryBlock();
+  builder.setInsertionPointToStart(block);
+  this->representative = representative;
+  runtime = block->getArgument(0);
+  device = block->getArgument(1);
+  position = block->getArgument(2);
+
+  IRMapping mapping;
+  for (auto [index, arg] : llvm::enumerate(function.getArguments()))
+    mapping.map(arg, block->getArgument(index + 3));
+  if (failed(partitionBlock(function.getBody().front(), builder, mapping)))
+    return failure();
 
   // Ops whose local form is not valid (an attribute that spells out a
   // global extent, say) are caught here, with the original op named.
@@ -662,9 +811,8 @@ LogicalResult FunctionPartitioner::run() {
   // lowering's time and memory) grows with classes x steps; the budget is
   // the module's, shared by its functions.
   int64_t steps = 0;
-  for (Operation &op : function.getBody().front())
-    if (auto transfer = dyn_cast<TransferOp>(op))
-      steps += transfer.getSteps().size();
+  function.walk(
+      [&](TransferOp transfer) { steps += transfer.getSteps().size(); });
   int64_t copies = static_cast<int64_t>(classDevices.size()) * steps;
   stepCopies += copies;
   if (stepCopies > maxStepCopies)

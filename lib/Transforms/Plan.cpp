@@ -12,6 +12,7 @@
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Planner/Planner.h"
+#include "polymesh/Transforms/ControlFlow.h"
 #include "polymesh/Transforms/Passes.h"
 
 #include "mlir/IR/Builders.h"
@@ -255,9 +256,9 @@ private:
     auto type = cast<RankedTensorType>(input.getType());
     ShardingAttr source = sourceSharding(input);
     if (!source) {
-      // Propagation places the values of a function's body; one defined in
-      // a nested region (a loop's carried value, a branch's result) stays
-      // unplaced however often it runs.
+      // Propagation places the values of a function's body and of its
+      // tensor control flow; one defined in another region stays unplaced
+      // however often it runs.
       Operation *owner =
           isa<BlockArgument>(input)
               ? cast<BlockArgument>(input).getOwner()->getParentOp()
@@ -268,8 +269,10 @@ private:
                << (isa<BlockArgument>(input) ? "an argument of a region of '"
                                              : "a value inside a region of '")
                << owner->getName()
-               << "', and propagation places no values inside regions yet "
-                  "(docs/propagation.md); reshard outside the region";
+               << "', and propagation places values inside the regions of "
+                  "scf.for, scf.while, scf.if and scf.index_switch only "
+                  "(docs/propagation.md); "
+                  "reshard outside the region";
       return reshard.emitOpError()
              << "has an operand without a sharding; run --polymesh-propagate "
                 "first";
@@ -356,6 +359,8 @@ private:
   /// function argument's attribute.
   static ShardingAttr sourceSharding(Value value) {
     if (auto arg = dyn_cast<BlockArgument>(value)) {
+      if (Value source = getShardingSource(arg))
+        return sourceSharding(source);
       auto function =
           dyn_cast<FunctionOpInterface>(arg.getOwner()->getParentOp());
       if (!function || arg.getOwner() != &function.getFunctionBody().front())

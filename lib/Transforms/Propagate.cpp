@@ -13,6 +13,7 @@
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Support/Saturating.h"
+#include "polymesh/Transforms/ControlFlow.h"
 #include "polymesh/Transforms/InlineCalls.h"
 #include "polymesh/Transforms/Passes.h"
 #include "polymesh/Transforms/ShardingRules.h"
@@ -118,6 +119,8 @@ struct Proposal {
   /// Per factor: the priority of its axes.
   SmallVector<int64_t> priorities;
 };
+
+bool isControlFlow(Operation *op) { return isTensorControlFlow(op); }
 
 /// Hashes ops and values by address. Both are allocated in program order,
 /// so program neighbours land in neighbouring buckets and a sweep walks the
@@ -248,6 +251,16 @@ private:
     return rule;
   }
 
+  SmallVector<CarriedValue> carriedSlots(Operation *op);
+  bool propagateSlots(Operation *op);
+  bool resolveSlots(Operation *op);
+  void reshardFeeders(Operation *op);
+  void refineSlots();
+  bool isFunctionTerminator(Operation *op) {
+    return op->hasTrait<OpTrait::IsTerminator>() &&
+           op->getParentOp() == function.getOperation();
+  }
+
   void cloneSharedConstants();
   void seed();
   void sweep(SmallVectorImpl<Operation *> &active);
@@ -306,16 +319,26 @@ private:
     return it->second;
   }
 
-  /// The function's ops in order; rebuilt only after ops were inserted.
+  /// The function's ops in order, with the ops of control-flow regions
+  /// after the op that holds them (other regions hold scalars only);
+  /// rebuilt only after ops were inserted.
   ArrayRef<Operation *> bodyOps() {
     if (!opsDirty)
       return opsCache;
     opsCache.clear();
     for (Block &block : function.getFunctionBody())
-      for (Operation &op : block)
-        opsCache.push_back(&op);
+      appendOps(block);
     opsDirty = false;
     return opsCache;
+  }
+  void appendOps(Block &block) {
+    for (Operation &op : block) {
+      opsCache.push_back(&op);
+      if (isControlFlow(&op))
+        for (Region &region : op.getRegions())
+          for (Block &inner : region)
+            appendOps(inner);
+    }
   }
 
   FunctionOpInterface function;
@@ -440,14 +463,15 @@ void FunctionPropagator::seed() {
       assign(transfer.getResult(), transfer.getDestination());
       continue;
     }
-    if (op->hasTrait<OpTrait::IsTerminator>())
+    if (isFunctionTerminator(op))
       terminator = op;
     Attribute attr = op->getAttr(PolymeshDialect::kShardingAttrName);
     if (auto sharding = dyn_cast_or_null<ShardingAttr>(attr)) {
       seedAnnotation(op->getResult(0), sharding);
     } else if (auto list = dyn_cast_or_null<ArrayAttr>(attr)) {
       for (auto [result, element] : llvm::zip(op->getResults(), list))
-        seedAnnotation(result, cast<ShardingAttr>(element));
+        if (auto sharding = dyn_cast<ShardingAttr>(element))
+          seedAnnotation(result, sharding);
     }
     if (attr)
       pinnedOps.insert(op);
@@ -757,6 +781,8 @@ bool FunctionPropagator::propagateOnce(Operation *op) {
     return propagateBarrier(barrier);
   if (auto group = dyn_cast<ShardingGroupOp>(op))
     return propagateGroup(group);
+  if (isControlFlow(op))
+    return propagateSlots(op);
   if (isa<ReshardOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
     return false;
   if (settled.contains(op))
@@ -863,6 +889,264 @@ bool FunctionPropagator::propagateGroup(ShardingGroupOp group) {
   return changed;
 }
 
+SmallVector<CarriedValue> FunctionPropagator::carriedSlots(Operation *op) {
+  SmallVector<CarriedValue> slots = getCarriedValues(op);
+  llvm::erase_if(
+      slots, [&](CarriedValue &slot) { return !isTracked(slot.owners[0]); });
+  return slots;
+}
+
+/// A carried value's owners share one sharding: once one of them is placed
+/// the others and the unplaced feeders take it; before that, feeders that
+/// agree place the owners. Partial sums are reduced before they are carried
+/// (a loop body need not be linear in them).
+bool FunctionPropagator::propagateSlots(Operation *op) {
+  bool changed = false;
+  for (CarriedValue &slot : carriedSlots(op)) {
+    Value placedOwner;
+    for (Value owner : slot.owners)
+      if (lookup(owner)) {
+        placedOwner = owner;
+        break;
+      }
+    if (!placedOwner) {
+      Value source;
+      for (OpOperand *feeder : slot.feeders) {
+        ShardingAttr sharding = lookup(feeder->get());
+        if (!sharding || isHidden(feeder->get()))
+          continue;
+        if (source && !isSameLayout(lookup(source), sharding)) {
+          source = Value();
+          break;
+        }
+        if (!source)
+          source = feeder->get();
+      }
+      if (!source)
+        continue;
+      for (Value owner : slot.owners)
+        changed |= assign(owner, withoutUnreduced(lookup(source)));
+      placedOwner = slot.owners.front();
+    }
+    ShardingAttr owned = lookup(placedOwner);
+    for (Value owner : slot.owners)
+      changed |= assign(owner, owned);
+    // Inits take it now. Yields are placed by the body first, which may
+    // compute them in a layout that moves fewer bytes (refineSlots then
+    // weighs it); those still unplaced when propagation stalls take it in
+    // resolveSlots.
+    for (OpOperand *feeder : slot.feeders)
+      if (feeder->getOwner() == op)
+        changed |= assign(feeder->get(), owned);
+  }
+  return changed;
+}
+
+/// Slots whose owners are unplaced because their feeders disagree, or whose
+/// owners were placed differently (by neighbours on both sides in one
+/// sweep): all owners take the sharding that moves the fewest bytes over the
+/// slot (then the one whose text sorts first). An owner placed otherwise
+/// keeps its sharding for its uses through a reshard after it.
+bool FunctionPropagator::resolveSlots(Operation *op) {
+  bool changed = false;
+  for (CarriedValue &slot : carriedSlots(op)) {
+    SmallVector<Value> members(slot.owners.begin(), slot.owners.end());
+    for (OpOperand *feeder : slot.feeders)
+      members.push_back(feeder->get());
+    SmallVector<ShardingAttr> candidates;
+    bool ownersAgree = true;
+    ShardingAttr first;
+    for (Value owner : slot.owners)
+      if (ShardingAttr sharding = lookup(owner)) {
+        if (first && !isSameLayout(first, sharding))
+          ownersAgree = false;
+        first = first ? first : sharding;
+      }
+    if (first && ownersAgree) {
+      for (OpOperand *feeder : slot.feeders)
+        changed |= assign(feeder->get(), first);
+      continue;
+    }
+    for (Value member : members)
+      if (ShardingAttr sharding = lookup(member)) {
+        sharding = withoutUnreduced(sharding);
+        if (llvm::none_of(candidates, [&](ShardingAttr other) {
+              return isSameLayout(other, sharding);
+            }))
+          candidates.push_back(sharding);
+      }
+    if (candidates.empty())
+      continue;
+    std::optional<std::pair<int64_t, std::string>> best;
+    ShardingAttr chosen;
+    for (ShardingAttr candidate : candidates) {
+      int64_t cost = 0;
+      for (Value member : members)
+        if (ShardingAttr sharding = lookup(member))
+          cost = saturatingAdd(cost,
+                               moveCost(sharding, candidate, member.getType()));
+      std::pair<int64_t, std::string> key{cost, toText(candidate)};
+      if (!best || key < *best) {
+        best = key;
+        chosen = candidate;
+      }
+    }
+    for (Value owner : slot.owners) {
+      ShardingAttr current = lookup(owner);
+      if (!current) {
+        assign(owner, chosen);
+      } else if (!isSameLayout(current, chosen)) {
+        known[owner] = chosen;
+        insertReshardAfter(owner, current);
+        for (Operation *user : owner.getUsers())
+          settled.erase(user);
+      }
+    }
+    changed = true;
+  }
+  return changed;
+}
+
+/// Once propagation has converged, each carried value may take another
+/// of its feeders' shardings: the one whose reshards (feeders moved to it,
+/// the owners' uses moved back to what they were placed for) move the
+/// fewest bytes, then the more sharded, then the current one. A loop whose
+/// init is split over "data" and whose body yields a value split over
+/// "data" and "model" carries the latter when that moves no more bytes: JAX
+/// carries the more sharded value too. Returned owners follow the function
+/// result unless it declares a sharding.
+void FunctionPropagator::refineSlots() {
+  SmallVector<Operation *> carriers;
+  for (Operation *op : bodyOps())
+    if (isControlFlow(op))
+      carriers.push_back(op);
+  // Uses that feed a carried value: finalization moves them to their own
+  // slot's sharding (reshardFeeders), so they need no reshard here.
+  llvm::DenseMap<OpOperand *, Value> ownerFed;
+  for (Operation *op : carriers)
+    for (CarriedValue &slot : carriedSlots(op))
+      for (OpOperand *feeder : slot.feeders)
+        ownerFed[feeder] = slot.owners.front();
+  for (Operation *op : carriers) {
+    for (CarriedValue &slot : carriedSlots(op)) {
+      ShardingAttr current = lookup(slot.owners.front());
+      if (!current || llvm::any_of(slot.owners, [&](Value owner) {
+            ShardingAttr sharding = lookup(owner);
+            return !sharding || !isSameLayout(sharding, current);
+          }))
+        continue;
+      auto isOwner = [&](Value value) {
+        return llvm::is_contained(slot.owners, value);
+      };
+      SmallVector<ShardingAttr> candidates{current};
+      for (OpOperand *feeder : slot.feeders)
+        if (ShardingAttr sharding = lookup(feeder->get())) {
+          sharding = withoutUnreduced(sharding);
+          if (llvm::none_of(candidates, [&](ShardingAttr other) {
+                return isSameLayout(other, sharding);
+              }))
+            candidates.push_back(sharding);
+        }
+      if (candidates.size() == 1)
+        continue;
+      Type type = slot.owners.front().getType();
+      auto shardsOf = [&](ShardingAttr sharding) {
+        MeshAttr mesh = getMesh(sharding.getMeshName());
+        int64_t shards = 1;
+        for (DimShardingAttr dim : sharding.getDims())
+          for (AxisRefAttr axis : dim.getAxes())
+            shards *= axis.getSizeIn(mesh);
+        return shards;
+      };
+      auto costOf = [&](ShardingAttr candidate) {
+        int64_t cost = 0;
+        for (OpOperand *feeder : slot.feeders)
+          if (!isOwner(feeder->get()))
+            if (ShardingAttr sharding = lookup(feeder->get()))
+              cost = saturatingAdd(cost, moveCost(sharding, candidate, type));
+        for (Value owner : slot.owners)
+          for (OpOperand &use : owner.getUses()) {
+            Operation *user = use.getOwner();
+            ShardingAttr wanted = current;
+            if (isFunctionTerminator(user)) {
+              wanted = function.getResultAttrOfType<ShardingAttr>(
+                  use.getOperandNumber(), PolymeshDialect::kShardingAttrName);
+              if (!wanted)
+                continue;
+            } else if (auto reshard = dyn_cast<ReshardOp>(user)) {
+              // It moves whatever it reads to its own target.
+              wanted = lookup(reshard.getResult());
+              if (!wanted)
+                continue;
+            } else if (auto fed = ownerFed.find(&use); fed != ownerFed.end()) {
+              if (isOwner(fed->second))
+                continue;
+              wanted = lookup(fed->second);
+              if (!wanted)
+                continue;
+            }
+            cost = saturatingAdd(cost, moveCost(candidate, wanted, type));
+          }
+        return cost;
+      };
+      ShardingAttr chosen = current;
+      int64_t chosenCost = costOf(current);
+      int64_t chosenShards = shardsOf(current);
+      for (ShardingAttr candidate : ArrayRef(candidates).drop_front()) {
+        int64_t cost = costOf(candidate);
+        int64_t shards = shardsOf(candidate);
+        if (cost < chosenCost ||
+            (cost == chosenCost && shards > chosenShards)) {
+          chosen = candidate;
+          chosenCost = cost;
+          chosenShards = shards;
+        }
+      }
+      if (chosen == current)
+        continue;
+      // The owners' users keep what they were placed for, behind a reshard;
+      // reshards, the function terminator and feeders of carried values
+      // take the new one (finalization moves the last to their own slot's).
+      for (Value owner : slot.owners) {
+        known[owner] = chosen;
+        OpBuilder builder(owner.getContext());
+        builder.setInsertionPointAfterValue(owner);
+        ReshardOp reshard;
+        for (OpOperand &use : llvm::make_early_inc_range(owner.getUses())) {
+          Operation *user = use.getOwner();
+          if (isFunctionTerminator(user) || ownerFed.contains(&use) ||
+              isa<ReshardOp>(user))
+            continue;
+          if (!reshard) {
+            reshard = ReshardOp::create(builder, owner.getLoc(),
+                                        owner.getType(), owner, current);
+            known[reshard.getResult()] = current;
+            opsDirty = true;
+          }
+          use.set(reshard.getResult());
+        }
+      }
+    }
+  }
+}
+
+/// Feeders placed otherwise than their slot's owners are moved to it: an
+/// init before the op, a yield before its terminator, so that each carried
+/// value has one local type.
+void FunctionPropagator::reshardFeeders(Operation *op) {
+  for (CarriedValue &slot : carriedSlots(op)) {
+    ShardingAttr owned = lookup(slot.owners.front());
+    if (!owned)
+      continue;
+    for (OpOperand *feeder : slot.feeders) {
+      Value value = feeder->get();
+      ShardingAttr current = lookup(value);
+      if (current && !isDeviceEquivalent(current, owned, value.getType()))
+        feeder->set(insertReshardBefore(feeder->getOwner(), value, owned));
+    }
+  }
+}
+
 /// Places an op whose values disagree: every candidate placement is priced
 /// by the bytes its reshards move; the cheapest wins, then the more sharded,
 /// then the one whose text sorts first. Nothing depends on value positions.
@@ -871,6 +1155,8 @@ bool FunctionPropagator::resolve(Operation *op) {
           ShardingGroupOp>(op) ||
       op->hasTrait<OpTrait::IsTerminator>())
     return false;
+  if (isControlFlow(op))
+    return resolveSlots(op);
   if (settled.contains(op))
     return false;
   currentOp = op;
@@ -1192,10 +1478,16 @@ bool FunctionPropagator::applyAmbient(bool &failedOut) {
   for (BlockArgument arg : function.getArguments())
     if (isTracked(arg) && !lookup(arg))
       unplaced.push_back(arg);
-  for (Operation *op : bodyOps())
+  for (Operation *op : bodyOps()) {
     for (Value result : op->getResults())
       if (isTracked(result) && !lookup(result))
         unplaced.push_back(result);
+    if (isControlFlow(op))
+      for (Region &region : op->getRegions())
+        for (BlockArgument arg : region.getArguments())
+          if (isTracked(arg) && !lookup(arg))
+            unplaced.push_back(arg);
+  }
   if (unplaced.empty())
     return false;
 
@@ -1230,7 +1522,7 @@ bool FunctionPropagator::applyAmbient(bool &failedOut) {
   llvm::SmallPtrSet<Value, 8> unplacedSet(unplaced.begin(), unplaced.end());
   Operation *terminator = nullptr;
   for (Operation *op : bodyOps())
-    if (op->hasTrait<OpTrait::IsTerminator>())
+    if (isFunctionTerminator(op))
       terminator = op;
   bool reported = false;
   if (terminator) {
@@ -1340,9 +1632,12 @@ LogicalResult FunctionPropagator::finalize() {
   Operation *terminator = nullptr;
   for (Operation *op : bodyOps()) {
     if (op->hasTrait<OpTrait::IsTerminator>()) {
-      terminator = op;
+      if (isFunctionTerminator(op))
+        terminator = op;
       continue;
     }
+    if (isControlFlow(op))
+      reshardFeeders(op);
     if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
       // Open dimensions of the constraint may have been extended.
       if (ShardingAttr result = lookup(constraint.getResult()))
@@ -1401,6 +1696,14 @@ LogicalResult FunctionPropagator::finalize() {
     }
     if (shardings.empty())
       continue;
+    // Control flow may carry scalars beside tensors: a unit entry each.
+    if (isControlFlow(op) && shardings.size() != op->getNumResults()) {
+      shardings.clear();
+      for (Value result : op->getResults())
+        shardings.push_back(isTracked(result)
+                                ? Attribute(lookup(result))
+                                : Attribute(UnitAttr::get(context)));
+    }
     if (shardings.size() != op->getNumResults())
       return op->emitError()
              << "cannot record shardings: the op mixes tensor and "
@@ -1483,7 +1786,8 @@ void FunctionPropagator::cloneSharedConstants() {
 }
 
 bool FunctionPropagator::isPassThrough(Operation *op) {
-  if (isa<ShardingConstraintOp, PropagationBarrierOp, ShardingGroupOp>(op))
+  if (isa<ShardingConstraintOp, PropagationBarrierOp, ShardingGroupOp>(op) ||
+      isControlFlow(op))
     return true;
   if (isa<ReshardOp, TransferOp>(op) || op->hasTrait<OpTrait::IsTerminator>())
     return false;
@@ -1642,6 +1946,7 @@ LogicalResult FunctionPropagator::run() {
       continue;
     if (failedAmbient)
       return failure();
+    refineSlots();
     splitConcatLeaves();
     return finalize();
   }

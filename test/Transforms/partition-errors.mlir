@@ -63,3 +63,51 @@ func.func @transfer_source_mismatch(%x: tensor<4x8xf32> {polymesh.sharding = #po
   ] : tensor<4x8xf32>
   return %0 : tensor<4x8xf32>
 }
+
+// -----
+
+// Control flow runs on every device of the function, so each must hold the
+// decision: a flag that only the devices of @a hold cannot steer a branch
+// that @b's devices run (issue 15, item 3).
+polymesh.mesh @a = <["x"=2], device_ids=[0, 1]>
+polymesh.mesh @b = <["x"=2], device_ids=[2, 3]>
+func.func @decide_on_part(%flag: tensor<i1> {polymesh.sharding = #polymesh.sharding<@a, []>}, %v: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@b, [{"x"}]>}) -> (tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@b, [{"x"}]>}) {
+  // expected-error @+1 {{cannot be partitioned: 'scf.if' decides on a value placed as #polymesh.sharding<@a, []>, which not every device of the function holds whole; every device runs the control flow and must take the same decisions (replicate the value on a mesh of all 4 devices)}}
+  %c = tensor.extract %flag[] : tensor<i1>
+  %0 = scf.if %c -> (tensor<8xf32>) {
+    %1 = polymesh.transfer %v <@b, [{"x"}]> -> <@b, [{}]> steps [
+      local_copy chunk 0 devices [2, 3] {2 -> [2], [0] : [4]} {3 -> [3], [4] : [8]},
+      all_gather chunk 0 devices [2, 3] {2 -> [3], [0] : [4]} {3 -> [2], [4] : [8]}
+    ] : tensor<8xf32>
+    %2 = polymesh.transfer %1 <@b, [{}]> -> <@b, [{"x"}]> steps [
+      local_copy chunk 0 devices [2, 3] {2 -> [2], [0] : [4]} {3 -> [3], [4] : [8]}
+    ] : tensor<8xf32>
+    scf.yield %2 : tensor<8xf32>
+  } else {
+    scf.yield %v : tensor<8xf32>
+  } {polymesh.sharding = #polymesh.sharding<@b, [{"x"}]>}
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+// The same through a carried scalar: the while loop's counter starts from
+// a value only @a's devices hold, and its condition reads the counter.
+polymesh.mesh @a = <["x"=2], device_ids=[0, 1]>
+polymesh.mesh @b = <["x"=2], device_ids=[2, 3]>
+func.func @counter_from_part(%n: tensor<i32> {polymesh.sharding = #polymesh.sharding<@a, []>}, %v: tensor<8xi32> {polymesh.sharding = #polymesh.sharding<@b, [{"x"}]>}) -> (tensor<8xi32> {polymesh.sharding = #polymesh.sharding<@b, [{"x"}]>}) {
+  %c1 = arith.constant 1 : i32
+  %c9 = arith.constant 9 : i32
+  // expected-error @+1 {{cannot be partitioned: 'scf.while' decides on a value placed as #polymesh.sharding<@a, []>}}
+  %start = tensor.extract %n[] : tensor<i32>
+  %0:2 = scf.while (%k = %start, %w = %v) : (i32, tensor<8xi32>) -> (i32, tensor<8xi32>) {
+    %go = arith.cmpi slt, %k, %c9 : i32
+    scf.condition(%go) %k, %w : i32, tensor<8xi32>
+  } do {
+  ^bb0(%k2: i32, %w2: tensor<8xi32>):
+    %s = arith.addi %w2, %w2 {polymesh.sharding = #polymesh.sharding<@b, [{"x"}]>} : tensor<8xi32>
+    %k3 = arith.addi %k2, %c1 : i32
+    scf.yield %k3, %s : i32, tensor<8xi32>
+  } attributes {polymesh.sharding = [unit, #polymesh.sharding<@b, [{"x"}]>]}
+  return %0#1 : tensor<8xi32>
+}

@@ -77,6 +77,14 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
     `max-specialized-ops` ops would be copied are refused at the call (or
     function) with a diagnostic.
 
+    Control flow (`scf.for`, `scf.while`, `scf.if`, `scf.index_switch`):
+    each carried value (a loop's region argument and result, a branch's
+    result) gets one sharding, placed like any value; inits and yields in
+    another layout are resharded at the boundary (before the op, before the
+    terminator). Once propagation has converged, a carried value takes one
+    of its feeders' shardings instead where that moves no more bytes and is
+    more sharded (docs/propagation.md, section 10).
+
     Afterwards every op with tensor results carries `polymesh.sharding` (one
     sharding, or an array with one per result), every function argument and
     result carries `polymesh.sharding`, and wherever a returned value's
@@ -203,14 +211,22 @@ def PolymeshPartition : Pass<"polymesh-partition", "mlir::ModuleOp"> {
     * **Partial sums.** An op whose result is unreduced computes its
       partial sum from its local tiles; its init must be zero (an init would
       otherwise be counted once per member of the reduction group).
+    * **Control flow.** `scf.for`, `scf.while`, `scf.if` and
+      `scf.index_switch` keep their form: region arguments and results take
+      their tiles' types and the regions are partitioned in place. Every
+      device runs them (the exchanges inside are collective), so their
+      decisions (bounds, conditions, switch indices, and what feeds them
+      through carried scalars) may read only values that every device of
+      the function holds whole.
     * Every other op keeps its semantics on tiles: elementwise ops, linalg
       and tosa contractions, transposes, reductions, and reshapes, whose
       target shapes (`tensor.expand_shape`'s output shape, `tosa.reshape`'s
       shape operand) become local.
 
     The global functions are erased. Errors (a value without a sharding, an
-    unplanned `polymesh.reshard`, calls, tensors inside regions, an op whose
-    local form does not verify) name the op and fail the pass.
+    unplanned `polymesh.reshard`, calls, tensors inside other regions, a
+    decision not every device holds, an op whose local form does not
+    verify) name the op and fail the pass.
 
     Each device class runs every step of its function's plans, so the code
     the lowering emits grows with classes x steps. The module's total of

@@ -132,11 +132,17 @@ LogicalResult PolymeshDialect::verifyOperationAttribute(Operation *op,
         return op->emitError() << "'" << kShardingAttrName << "' lists "
                                << list.size() << " shardings but the op has "
                                << op->getNumResults() << " results";
-      for (auto [index, element] : llvm::enumerate(list))
+      for (auto [index, element] : llvm::enumerate(list)) {
+        // A unit entry stands for a result that is not a tensor (an index
+        // carried by a loop beside tensors).
+        if (isa<UnitAttr>(element) &&
+            !isa<TensorType>(op->getResult(index).getType()))
+          continue;
         if (failed(verifyShardingFor(op, element,
                                      op->getResult(index).getType(),
                                      "result #" + Twine(index))))
           return failure();
+      }
       return success();
     }
     if (op->getNumResults() != 1)
