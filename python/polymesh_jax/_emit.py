@@ -484,7 +484,7 @@ class FunctionEmitter:
 _ANY_DTYPE = {
     "func.call", "stablehlo.optimization_barrier", "sdy.sharding_constraint", "sdy.reshard",
     "stablehlo.reshape", "stablehlo.transpose", "stablehlo.broadcast_in_dim", "stablehlo.slice",
-    "stablehlo.concatenate", "stablehlo.reverse",
+    "stablehlo.concatenate", "stablehlo.reverse", "stablehlo.while", "stablehlo.case", "stablehlo.if",
 }
 
 
@@ -1323,3 +1323,218 @@ def _sign(e: FunctionEmitter, op: ir.Operation):
     e.emit(f"{inner} = arith.select {below}, {minus_one}, {x} : {i1}, {t}")
     e.emit(f"{name} = arith.select {above}, {one}, {inner} : {i1}, {t}")
     return [name]
+
+
+# Giles' single-precision erfinv ("Approximating the erfinv function", GPU
+# Computing Gems, 2011): the polynomials CHLO's own decomposition uses, so
+# the values match JAX's.
+_ERF_INV_CENTRAL = ("2.81022636e-08", "3.43273939e-07", "-3.5233877e-06", "-4.39150654e-06", "2.1858087e-04",
+                    "-1.25372503e-03", "-4.17768164e-03", "2.46640727e-01", "1.50140941e+00")
+_ERF_INV_TAIL = ("-2.00214257e-04", "1.00950558e-04", "1.34934322e-03", "-3.67342844e-03", "5.73950773e-03",
+                 "-7.6224613e-03", "9.43887047e-03", "1.00167406e+00", "2.83297682e+00")
+
+
+@handles("chlo.erf_inv")
+def _erf_inv(e: FunctionEmitter, op: ir.Operation):
+    """w = -log1p(-x^2); p(w - 2.5) for w < 5, else q(sqrt(w) - 3), times x;
+    +-inf at +-1. Computed in f32 (f16 and bf16 are widened first, as CHLO
+    does); f64 needs other polynomials and is not mapped."""
+    t = TensorType(str(op.results[0].type))
+    if t.elem not in ("f32", "f16", "bf16"):
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
+    f = tensor_type(t.shape, "f32")
+    i1 = tensor_type(t.shape, "i1")
+    x = e.value(op.operands[0])
+    if t.elem != "f32":
+        wide = e.fresh()
+        e.emit(f"{wide} = arith.extf {x} : {t} to {f}")
+        x = wide
+
+    def emit(text: str) -> str:
+        name = e.fresh()
+        e.emit(f"{name} = {text}")
+        return name
+
+    square = emit(f"arith.mulf {x}, {x} : {f}")
+    negated = emit(f"arith.negf {square} : {f}")
+    log = emit(f"math.log1p {negated} : {f}")
+    w = emit(f"arith.negf {log} : {f}")
+    central = emit(f"arith.cmpf olt, {w}, {e.splat_constant('5.0', f)} : {f}")
+    shifted = emit(f"arith.subf {w}, {e.splat_constant('2.5', f)} : {f}")
+    root = emit(f"math.sqrt {w} : {f}")
+    tail = emit(f"arith.subf {root}, {e.splat_constant('3.0', f)} : {f}")
+    w = emit(f"arith.select {central}, {shifted}, {tail} : {i1}, {f}")
+
+    def coefficient(k: int) -> str:
+        return emit(f"arith.select {central}, {e.splat_constant(_ERF_INV_CENTRAL[k], f)}, "
+                    f"{e.splat_constant(_ERF_INV_TAIL[k], f)} : {i1}, {f}")
+
+    p = coefficient(0)
+    for k in range(1, len(_ERF_INV_CENTRAL)):
+        product = emit(f"arith.mulf {p}, {w} : {f}")
+        p = emit(f"arith.addf {coefficient(k)}, {product} : {f}")
+    result = emit(f"arith.mulf {p}, {x} : {f}")
+    magnitude = emit(f"math.absf {x} : {f}")
+    at_one = emit(f"arith.cmpf oeq, {magnitude}, {e.splat_constant('1.0', f)} : {f}")
+    infinite = emit(f"arith.mulf {x}, {e.splat_constant(_INFINITY['f32'], f)} : {f}")
+    result = emit(f"arith.select {at_one}, {infinite}, {result} : {i1}, {f}")
+    if t.elem != "f32":
+        result = emit(f"arith.truncf {result} : {f} to {t}")
+    return [result]
+
+
+@handles("chlo.next_after")
+def _next_after(e: FunctionEmitter, op: ir.Operation):
+    """The float after x towards y, on the bits: +-1 on x's magnitude (down
+    when the signs differ or |x| > |y|), the smallest subnormal with y's
+    sign from zero, y where x == y, NaN where either is NaN."""
+    t = TensorType(str(op.results[0].type))
+    if not t.is_float:
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
+    width = _bitwidth(t.elem)
+    n = tensor_type(t.shape, f"i{width}")
+    i1 = tensor_type(t.shape, "i1")
+    x, y = (e.value(v) for v in op.operands)
+
+    def emit(text: str) -> str:
+        name = e.fresh()
+        e.emit(f"{name} = {text}")
+        return name
+
+    def integer(value: int) -> str:
+        # Signless: the bit pattern as a signed constant of the width.
+        if value >= 1 << (width - 1):
+            value -= 1 << width
+        return e.splat_constant(str(value), n)
+
+    sign = 1 << (width - 1)
+    x_bits = emit(f"arith.bitcast {x} : {t} to {n}")
+    y_bits = emit(f"arith.bitcast {y} : {t} to {n}")
+    x_abs = emit(f"arith.andi {x_bits}, {integer(sign - 1)} : {n}")
+    y_abs = emit(f"arith.andi {y_bits}, {integer(sign - 1)} : {n}")
+    x_sign = emit(f"arith.andi {x_bits}, {integer(sign)} : {n}")
+    y_sign = emit(f"arith.andi {y_bits}, {integer(sign)} : {n}")
+    signs_differ = emit(f"arith.cmpi ne, {x_sign}, {y_sign} : {n}")
+    larger = emit(f"arith.cmpi ugt, {x_abs}, {y_abs} : {n}")
+    smaller_result = emit(f"arith.ori {signs_differ}, {larger} : {i1}")
+    step = emit(f"arith.select {smaller_result}, {integer(-1 & ((1 << width) - 1))}, {integer(1)} : {i1}, {n}")
+    stepped = emit(f"arith.addi {x_bits}, {step} : {n}")
+    from_zero = emit(f"arith.ori {y_sign}, {integer(1)} : {n}")
+    x_zero = emit(f"arith.cmpi eq, {x_abs}, {integer(0)} : {n}")
+    bits = emit(f"arith.select {x_zero}, {from_zero}, {stepped} : {i1}, {n}")
+    result = emit(f"arith.bitcast {bits} : {n} to {t}")
+    equal = emit(f"arith.cmpf oeq, {x}, {y} : {t}")
+    result = emit(f"arith.select {equal}, {y}, {result} : {i1}, {t}")
+    unordered = emit(f"arith.cmpf uno, {x}, {y} : {t}")
+    nan = emit(f"arith.addf {x}, {y} : {t}")
+    return [emit(f"arith.select {unordered}, {nan}, {result} : {i1}, {t}")]
+
+
+# -- Control flow --------------------------------------------------------------
+#
+# `stablehlo.while` (lax.while_loop, fori_loop, scan), `stablehlo.case`
+# (lax.cond, switch) and `stablehlo.if` become scf.while, scf.index_switch and
+# scf.if, which Polymesh propagates (one sharding per carried value), plans
+# and partitions. Their values stay tensors (a counter is a tensor<i32>, like
+# JAX's); the decision is read with tensor.extract.
+
+
+def _region(e: FunctionEmitter, block: ir.Block, arg_names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The statements of `block`, its arguments named `arg_names`, and the
+    names of the values it returns. Names made inside (constants the region
+    is the first to use, among them) are forgotten afterwards: the values
+    they name are not visible outside the region."""
+    saved_statements, saved_names = e.statements, dict(e.names)
+    e.statements = []
+    try:
+        for arg, name in zip(block.arguments, arg_names):
+            e.names[arg] = name
+        returned = e.emit_block(block)
+        lines = e.body_lines(returned)
+    finally:
+        e.statements, e.names = saved_statements, saved_names
+    return ["  " + line for line in lines], returned
+
+
+def _results(e: FunctionEmitter, count: int) -> tuple[str, list[str]]:
+    """The left-hand side for an op with `count` results, and their names."""
+    if count == 0:
+        return "", []
+    name = e.fresh()
+    if count == 1:
+        return f"{name} = ", [name]
+    return f"{name}:{count} = ", [f"{name}#{k}" for k in range(count)]
+
+
+def _types(values) -> str:
+    return ", ".join(str(v.type) for v in values)
+
+
+def _yield(returned: Sequence[str], values) -> str:
+    return f"  scf.yield {', '.join(returned)} : {_types(values)}" if returned else "  scf.yield"
+
+
+@handles("stablehlo.while")
+def _while(e: FunctionEmitter, op: ir.Operation):
+    inits = [e.value(v) for v in op.operands]
+    types = _types(op.operands)
+    before = [e.fresh() for _ in inits]
+    condition_lines, (predicate,) = _region(e, op.regions[0].blocks[0], before)
+    flag = e.fresh()
+    after = [e.fresh() for _ in inits]
+    body_lines, yielded = _region(e, op.regions[1].blocks[0], after)
+    lhs, outputs = _results(e, len(op.results))
+    pairs = ", ".join(f"{a} = {i}" for a, i in zip(before, inits))
+    e.emit(f"{lhs}scf.while ({pairs}) : ({types}) -> ({types}) {{")
+    for line in condition_lines:
+        e.cont(line)
+    e.cont(f"  {flag} = tensor.extract {predicate}[] : tensor<i1>")
+    e.cont(f"  scf.condition({flag}) {', '.join(before)} : {types}" if before else f"  scf.condition({flag})")
+    e.cont("} do {")
+    e.cont(f"^bb0({', '.join(f'{a}: {v.type}' for a, v in zip(after, op.operands))}):")
+    for line in body_lines:
+        e.cont(line)
+    e.cont(_yield(yielded, op.operands))
+    e.cont("}")
+    return outputs
+
+
+@handles("stablehlo.case")
+def _case(e: FunctionEmitter, op: ir.Operation):
+    # An index outside [0, n) takes the last branch, as scf.index_switch's
+    # default does for any index without a case.
+    index = e.fresh()
+    e.emit(f"{index} = tensor.extract {e.value(op.operands[0])}[] : {op.operands[0].type}")
+    position = e.fresh()
+    e.emit(f"{position} = arith.index_cast {index} : {TensorType(str(op.operands[0].type)).elem} to index")
+    branches = [_region(e, region.blocks[0], []) for region in op.regions]
+    lhs, outputs = _results(e, len(op.results))
+    arrow = f" -> {_types(op.results)}" if op.results else ""
+    e.emit(f"{lhs}scf.index_switch {position}{arrow}")
+    for k, (lines, returned) in enumerate(branches):
+        e.cont(f"case {k} {{" if k + 1 < len(branches) else "default {")
+        for line in lines:
+            e.cont(line)
+        e.cont(_yield(returned, op.results))
+        e.cont("}")
+    return outputs
+
+
+@handles("stablehlo.if")
+def _if(e: FunctionEmitter, op: ir.Operation):
+    flag = e.fresh()
+    e.emit(f"{flag} = tensor.extract {e.value(op.operands[0])}[] : tensor<i1>")
+    then_lines, then_returned = _region(e, op.regions[0].blocks[0], [])
+    else_lines, else_returned = _region(e, op.regions[1].blocks[0], [])
+    lhs, outputs = _results(e, len(op.results))
+    arrow = f" -> ({_types(op.results)})" if op.results else ""
+    e.emit(f"{lhs}scf.if {flag}{arrow} {{")
+    for line in then_lines:
+        e.cont(line)
+    e.cont(_yield(then_returned, op.results))
+    e.cont("} else {")
+    for line in else_lines:
+        e.cont(line)
+    e.cont(_yield(else_returned, op.results))
+    e.cont("}")
+    return outputs

@@ -458,6 +458,14 @@ def _export_program(fn: Callable, args: Sequence[Any], kwargs: Optional[dict], m
     found: list = []
     _collect_meshes(traced.jaxpr, found, set())
     used.extend(found)
+    distinct: list = []
+    for candidate in used:
+        if not any(candidate is m or candidate == m for m in distinct):
+            distinct.append(candidate)
+    if ambient is None and len(distinct) == 1 and isinstance(distinct[0], Mesh):
+        # As in JAX: a jit whose every placed value is on one mesh computes
+        # what nothing places (a loop counter, a constant) on all of it.
+        ambient = distinct[0]
     ambient_name = table.add_jax_mesh(ambient) if ambient is not None else None
 
     def detached() -> _Lowered:

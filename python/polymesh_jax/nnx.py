@@ -9,8 +9,10 @@ each leaf of the state lives (`resolve`), and `init` then runs that jit with
 those out_shardings and rebuilds the module with `nnx.merge`, the
 split/merge pattern the Flax report had to write by hand.
 
-Initializers compute with ops the export does not map (random numbers:
-threefry's unsigned shifts and loops), so these helpers export with
+Initializers may compute with ops the export does not map (the common
+ones are mapped: threefry's shifts and while loop, the normal draw's
+`erf_inv` and `next_after`; a QR for `orthogonal` is not), so these helpers
+export with
 `unmapped="opaque"`: such ops only need a placement, which propagation gives
 them (replicated on a mesh of their operands, with a PolymeshWarning); each
 Variable's placement still comes from its own annotation.
