@@ -5,8 +5,8 @@ meshes. StableHLO's while, case and if become scf.while, scf.index_switch
 and scf.if, which Polymesh propagates with one sharding per carried value.
 Each program exports with no opaque op, propagates without computing a
 sharded op replicated, resolves leaves at least as sharded as JAX's own
-compilation (Auto axes), computes JAX's values and passes polymesh-run
---verify, on 8 and 32 devices.
+compilation, computes JAX's values and passes polymesh-run --verify, on 8
+and 32 devices, with Auto axes and with Explicit axes under jax.set_mesh.
 
 Loops whose bodies contract a split dimension of floats would reorder sums
 that later steps compute with, and --verify compares those bit for bit
@@ -81,6 +81,23 @@ def scan_cumulative(xs, decay):
     return ys
 
 
+def scan_layers_explicit(h, w, b):
+    """scan_layers as Explicit axes make one write it: the carry's type is
+    fixed, so each layer's output is resharded to the input's layout."""
+    def layer(h, params):
+        w, b = params
+        return jax.sharding.reshard(jax.nn.relu(h @ w + b), jax.typeof(h).sharding.spec), None
+    h, _ = jax.lax.scan(layer, h, (w, b))
+    return h
+
+
+def rnn_explicit(xs, h0, w_x, w_h):
+    def step(t, h):
+        x_t = jax.lax.dynamic_index_in_dim(xs, t, axis=0, keepdims=False)
+        return jax.sharding.reshard(jnp.tanh(x_t @ w_x + h @ w_h), jax.typeof(h).sharding.spec)
+    return jax.lax.fori_loop(0, xs.shape[0], step, h0)
+
+
 def auto_mesh(shape, names):
     return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
 
@@ -112,6 +129,38 @@ def cases(devices):
     }
 
 
+def explicit_cases(devices):
+    """The same programs on a mesh of Explicit axes (JAX 0.10's default),
+    exported under jax.set_mesh. Explicit axes fix a loop carry's sharding,
+    so the scan and the RNN reshard their step's output (the _explicit
+    variants), and the while loop's input is not split along the dimension
+    jnp.roll shifts (JAX does not implement that under Explicit axes)."""
+    data, model = (2, 4) if devices == 8 else (4, 8)
+    mesh = jax.make_mesh((data, model), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    put = lambda shape, spec, dtype=np.float32: jax.device_put(  # noqa: E731
+        np.zeros(shape, dtype), NamedSharding(mesh, spec))
+    batch, width, layers, length = 2 * data, 8 * model, 4, 6
+    return mesh, {
+        "scan_layers": (scan_layers_explicit, (
+            put((batch, width), P("data")),
+            put((layers, width, width), P(None, None, "model")),
+            put((layers, width), P(None, "model")))),
+        "rnn": (rnn_explicit, (
+            put((length, batch, 24), P(None, "data")),
+            put((batch, width), P("data")),
+            put((24, width), P(None, "model")),
+            put((width, width), P(None, "model")))),
+        "bounded_while": (bounded_while, (put((batch, width), P("data")), jnp.int32(3))),
+        "cond_update": (cond_update, (
+            put((width, 3 * model), P("data", "model")), put((width, 3 * model), P("data", "model")),
+            jnp.int32(5))),
+        "switch_activation": (switch_activation, (put((batch, 20, width), P("data", None, "model")),
+                                                  jnp.int32(1))),
+        "scan_cumulative": (scan_cumulative, (put((length, batch, width), P(None, "data", "model")),
+                                              put((batch, width), P("data", "model")))),
+    }
+
+
 NAMES = ["scan_layers", "rnn", "bounded_while", "cond_update", "switch_activation", "scan_cumulative"]
 CONTROL_FLOW = ("scf.while", "scf.index_switch", "scf.if")
 
@@ -131,6 +180,22 @@ def _tile(sharding, shape) -> int:
 @pytest.mark.parametrize("name", NAMES)
 def test_control_flow_programs(name, devices):
     fn, args = cases(devices)[name]
+    check_program(fn, args)
+
+
+@pytest.mark.parametrize("devices", [8, 32])
+@pytest.mark.parametrize("name", NAMES)
+def test_control_flow_programs_explicit_axes(name, devices):
+    mesh, programs = explicit_cases(devices)
+    fn, args = programs[name]
+    with jax.set_mesh(mesh):
+        resolution = check_program(fn, args)
+    # Every leaf on the user's own Mesh object.
+    for leaf in jax.tree_util.tree_leaves(resolution.out_shardings):
+        assert leaf.mesh is mesh
+
+
+def check_program(fn, args):
     program = pj.export_program(fn, args)
     assert program.opaque_ops == [], program.opaque_ops
     assert any(op in program.text for op in CONTROL_FLOW), program.text
@@ -151,3 +216,4 @@ def test_control_flow_programs(name, devices):
         assert _tile(ours, extents) <= _tile(jax_sharding, extents), (leaf, ours, jax_sharding)
     check_reference_matches_jax(fn, args)
     assert_verifies(program.text)
+    return resolution
