@@ -35,6 +35,7 @@
 #include "mlir/IR/Verifier.h"
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/SmallBitVector.h"
 
 #include <functional>
@@ -122,6 +123,8 @@ private:
   LogicalResult partitionControlFlow(Operation &op, OpBuilder &builder,
                                      IRMapping &mapping);
   LogicalResult checkDecisions(Operation &op);
+  LogicalResult checkCaptured(Operation &op);
+  bool isWholeOn(const ValueInfo &info, const planner::TensorLayout *on) const;
   RankedTensorType localType(Value value, int64_t position) const;
   FlatSymbolRefAttr planFunction(TransferOp transfer);
   Value tableLookup(OpBuilder &builder, Location loc, Value table,
@@ -572,6 +575,8 @@ LogicalResult FunctionPartitioner::partitionBlock(Block &source,
                     "zero fill and add the init after the reduction";
       }
     }
+    if (op.getNumRegions() != 0 && failed(checkCaptured(op)))
+      return failure();
 
     Operation *copy = builder.clone(op, mapping);
     copy->removeAttr(PolymeshDialect::kShardingAttrName);
@@ -649,12 +654,7 @@ LogicalResult FunctionPartitioner::checkDecisions(Operation &op) {
       continue;
     if (auto it = infoOf.find(value); it != infoOf.end()) {
       const ValueInfo &info = infos[it->second];
-      bool whole =
-          info.sharding.getUnreduced().empty() &&
-          llvm::all_of(info.sharding.getDims(), [](DimShardingAttr dim) {
-            return dim.getAxes().empty();
-          });
-      if (whole &&
+      if (isWholeOn(info, nullptr) &&
           info.layout->numDevices() == static_cast<int64_t>(devices.size()))
         continue;
       return reader->emitError()
@@ -683,6 +683,57 @@ LogicalResult FunctionPartitioner::checkDecisions(Operation &op) {
       worklist.push_back({operand, producer});
   }
   return success();
+}
+
+/// Whether every device of `info`'s mesh holds the whole value (axes of
+/// size 1 split nothing), and, given `on`, whether `on`'s devices are all
+/// among them.
+bool FunctionPartitioner::isWholeOn(const ValueInfo &info,
+                                    const planner::TensorLayout *on) const {
+  const planner::TensorLayout &layout = *info.layout;
+  for (size_t dim = 0; dim < info.rank; ++dim)
+    if (layout.numShards(dim) != 1)
+      return false;
+  if (!info.sharding.getUnreduced().empty())
+    for (int64_t p = 0, e = layout.numDevices(); p < e; ++p)
+      if (layout.unreducedRank(p) != 0)
+        return false;
+  if (on)
+    for (int64_t p = 0, e = on->numDevices(); p < e; ++p)
+      if (!layout.boxOfDevice(on->mesh().deviceAt(p)))
+        return false;
+  return true;
+}
+
+/// A region (a linalg body) indexes the tensors it reads from above with
+/// global indices on every device that runs the op: each must be whole on
+/// the op's mesh, or the body would read outside its tile.
+LogicalResult FunctionPartitioner::checkCaptured(Operation &op) {
+  // The devices that run the op: those of its result's mesh.
+  const planner::TensorLayout *runs = nullptr;
+  for (Value value : op.getResults())
+    if (auto it = infoOf.find(value); it != infoOf.end()) {
+      runs = &*infos[it->second].layout;
+      break;
+    }
+  LogicalResult result = success();
+  visitUsedValuesDefinedAbove(op.getRegions(), [&](OpOperand *use) {
+    auto it = infoOf.find(use->get());
+    if (failed(result) || it == infoOf.end())
+      return;
+    const ValueInfo &info = infos[it->second];
+    ShardingAttr sharding = info.sharding;
+    if (isWholeOn(info, runs))
+      return;
+    result = use->getOwner()->emitError()
+             << "cannot be partitioned: it reads a tensor from outside the "
+                "region of '"
+             << op.getName() << "', placed as " << sharding
+             << ", which is not whole on every device that runs the op "
+                "(run --polymesh-propagate, which replicates it on the op's "
+                "mesh)";
+  });
+  return result;
 }
 
 /// Control flow keeps its form with local types: each region argument and

@@ -24,6 +24,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/MathExtras.h"
 
@@ -256,6 +257,7 @@ private:
   bool resolveSlots(Operation *op);
   void reshardFeeders(Operation *op);
   void refineSlots();
+  void reshardCaptured(Operation *op);
   bool isFunctionTerminator(Operation *op) {
     return op->hasTrait<OpTrait::IsTerminator>() &&
            op->getParentOp() == function.getOperation();
@@ -1130,6 +1132,34 @@ void FunctionPropagator::refineSlots() {
   }
 }
 
+/// An op's regions (a linalg body, say) run on every device of the op's
+/// mesh with global indices, so a tensor they read from above must be whole
+/// there: it is replicated on the op's mesh before the op. (Control flow
+/// regions are not such: their ops are placed like any other.)
+void FunctionPropagator::reshardCaptured(Operation *op) {
+  ShardingAttr placed;
+  for (Value result : op->getResults())
+    if (isTracked(result) && (placed = lookup(result)))
+      break;
+  llvm::SmallMapVector<Value, SmallVector<OpOperand *>, 2> captured;
+  visitUsedValuesDefinedAbove(op->getRegions(), [&](OpOperand *use) {
+    if (isTracked(use->get()) && lookup(use->get()))
+      captured[use->get()].push_back(use);
+  });
+  for (auto &[value, uses] : captured) {
+    ShardingAttr current = lookup(value);
+    auto type = cast<RankedTensorType>(value.getType());
+    ShardingAttr whole = ShardingAttr::getReplicated(
+        op->getContext(), placed ? placed.getMeshName() : current.getMeshName(),
+        type.getRank());
+    if (isDeviceEquivalent(current, whole, type))
+      continue;
+    Value moved = insertReshardBefore(op, value, whole);
+    for (OpOperand *use : uses)
+      use->set(moved);
+  }
+}
+
 /// Feeders placed otherwise than their slot's owners are moved to it: an
 /// init before the op, a yield before its terminator, so that each carried
 /// value has one local type.
@@ -1638,6 +1668,8 @@ LogicalResult FunctionPropagator::finalize() {
     }
     if (isControlFlow(op))
       reshardFeeders(op);
+    else if (op->getNumRegions() != 0)
+      reshardCaptured(op);
     if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
       // Open dimensions of the constraint may have been extended.
       if (ShardingAttr result = lookup(constraint.getResult()))
@@ -1761,6 +1793,10 @@ LogicalResult FunctionPropagator::finalize() {
 /// A constant used by several ops is materialized once per user, so that
 /// each use is placed where its user is instead of being moved there.
 void FunctionPropagator::cloneSharedConstants() {
+  // Uses may lie in nested regions: order them by a pre-order walk.
+  llvm::DenseMap<Operation *, unsigned> order;
+  function->walk<WalkOrder::PreOrder>(
+      [&](Operation *op) { order.try_emplace(op, order.size()); });
   for (Operation *op : bodyOps()) {
     if (!op->hasTrait<OpTrait::ConstantLike>() || op->getNumResults() != 1 ||
         !isTracked(op->getResult(0)) ||
@@ -1772,13 +1808,21 @@ void FunctionPropagator::cloneSharedConstants() {
     if (uses.size() < 2)
       continue;
     // Keep the first use in program order on the original.
-    llvm::sort(uses, [](OpOperand *a, OpOperand *b) {
+    llvm::sort(uses, [&](OpOperand *a, OpOperand *b) {
       if (a->getOwner() != b->getOwner())
-        return a->getOwner()->isBeforeInBlock(b->getOwner());
+        return order.lookup(a->getOwner()) < order.lookup(b->getOwner());
       return a->getOperandNumber() < b->getOperandNumber();
     });
     for (OpOperand *use : llvm::drop_begin(uses)) {
-      OpBuilder builder(use->getOwner());
+      // A copy goes before its user, but never into the region of an op
+      // other than control flow (a linalg body reads it from above).
+      Operation *before = use->getOwner();
+      for (Operation *parent = before->getParentOp();
+           parent && parent != function.getOperation();
+           parent = parent->getParentOp())
+        if (!isControlFlow(parent))
+          before = parent;
+      OpBuilder builder(before);
       use->set(builder.clone(*op)->getResult(0));
     }
     opsDirty = true;

@@ -111,3 +111,22 @@ func.func @counter_from_part(%n: tensor<i32> {polymesh.sharding = #polymesh.shar
   } attributes {polymesh.sharding = [unit, #polymesh.sharding<@b, [{"x"}]>]}
   return %0#1 : tensor<8xi32>
 }
+
+// -----
+
+// A linalg body that reads a tensor from above (a gather: jnp.take) indexes
+// it globally on every device: a split table would be read outside the
+// device's tile (issue 13: wrong code, and reads of foreign memory).
+// Propagation replicates such a tensor on the op's mesh.
+polymesh.mesh @m = <["x"=4]>
+func.func @captured_split(%table: tensor<16xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}, %idx: tensor<8xi32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) -> (tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) {
+  %e = tensor.empty() {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>} : tensor<8xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]} ins(%idx : tensor<8xi32>) outs(%e : tensor<8xf32>) attrs = {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>} {
+  ^bb0(%i: i32, %o: f32):
+    %c = arith.index_cast %i : i32 to index
+    // expected-error @+1 {{cannot be partitioned: it reads a tensor from outside the region of 'linalg.generic', placed as #polymesh.sharding<@m, [{"x"}]>, which is not whole on every device that runs the op (run --polymesh-propagate, which replicates it on the op's mesh)}}
+    %v = tensor.extract %table[%c] : tensor<16xf32>
+    linalg.yield %v : f32
+  } -> tensor<8xf32>
+  return %r : tensor<8xf32>
+}
