@@ -63,6 +63,10 @@ AVOID = set()
 # --calls: outline some ops into private helpers called with func.call (the
 # same computation; propagation specializes each call site).
 OUTLINE = {"calls": False}
+# --gathers: also generate gathers, linalg.generic bodies that read a table
+# from above with tensor.extract at clamped indices (an embedding lookup,
+# jnp.take): the table must be whole wherever the op runs.
+GATHERS = {"on": False}
 
 
 class Invalid(Exception):
@@ -291,6 +295,11 @@ def infer_op(op, ins, meshes):
         return Value(a["shape"], a["dtype"])
     if k == "generate":
         return Value(a["shape"], a["dtype"])
+    if k == "gather":  # table[clamp(ids), ...]: ids' shape, then the table's rest
+        table, ids = ins
+        if not table.shape or ids.dtype not in ("i32", "i64"):
+            raise Invalid("gather")
+        return Value(ids.shape + table.shape[1:], table.dtype)
     if k == "index-add":  # x + linalg.index(dim) (integer x)
         if a["dim"] >= len(ins[0].shape):
             raise Invalid("index dim")
@@ -496,6 +505,29 @@ def emit_op(rid, op, types):
                  "  %%c = arith.index_cast %%i%d : index to %s" % (a["dim"], el),
                  "  tensor.yield %%c : %s" % el,
                  "} : %s" % t.type()]
+        return lines
+    if k == "gather":
+        table, ids = it
+        rank, irank = len(t.shape), len(ids.shape)
+        dims = ", ".join("d%d" % i for i in range(rank))
+        imap = "affine_map<(%s) -> (%s)>" % (dims, ", ".join("d%d" % i for i in range(irank)))
+        omap = "affine_map<(%s) -> (%s)>" % (dims, dims)
+        iters = ", ".join(['"parallel"'] * rank)
+        rest = ["%%j%d" % k for k in range(1, len(table.shape))]
+        lines = ["%se = tensor.empty() : %s" % (p, t.type()),
+                 "%s = linalg.generic {indexing_maps = [%s, %s], iterator_types = [%s]} "
+                 "ins(%s : %s) outs(%se : %s) {" % (r, imap, omap, iters, ops[1], ids.type(), p, t.type()),
+                 "^bb0(%%id: %s, %%o: %s):" % (ids.dtype, t.dtype),
+                 "  %%row = arith.index_cast %%id : %s to index" % ids.dtype,
+                 "  %c0 = arith.constant 0 : index",
+                 "  %%last = arith.constant %d : index" % (table.shape[0] - 1),
+                 "  %lo = arith.maxsi %row, %c0 : index",
+                 "  %at = arith.minsi %lo, %last : index"]
+        for k in range(1, len(table.shape)):
+            lines.append("  %%j%d = linalg.index %d : index" % (k, irank + k - 1))
+        lines += ["  %%x = tensor.extract %s[%s] : %s" % (ops[0], ", ".join(["%at"] + rest), table.type()),
+                  "  linalg.yield %%x : %s" % t.dtype,
+                  "} -> %s" % t.type()]
         return lines
     if k == "index-add":
         x = it[0]
@@ -752,6 +784,8 @@ class Gen:
 
     def step_compute(self):
         rng = self.rng
+        if GATHERS["on"] and rng.random() < 0.15:
+            return self.step_gather()
         r = rng.random()
         if r < 0.14:
             return self.step_move()
@@ -868,6 +902,18 @@ class Gen:
         if v is None:
             return
         return self.add(Op("odd-width", [v], width=rng.choice(["i17", "i4", "i12"])))
+
+    def step_gather(self):
+        """table[clamp(ids), ...]: any table of rank 1 or 2, integer ids of
+        rank 1 or 2 (a new argument when there are none)."""
+        rng = self.rng
+        table = self.pick(lambda t: 1 <= len(t.shape) <= 2)
+        ids = self.pick(lambda t: t.dtype in ("i32", "i64") and 1 <= len(t.shape) <= 2)
+        if table is None:
+            return
+        if ids is None:
+            ids = self.new_arg(rand_shape(rng, rng.choice([1, 2])), rng.choice(["i32", "i64"]))
+        return self.add(Op("gather", [table, ids]))
 
     def step_place(self):
         rng = self.rng
@@ -1456,12 +1502,15 @@ def main():
                    help="pass FLAG to every polymesh-run (e.g. --run-arg=--opt-level=0)")
     p.add_argument("--calls", action="store_true",
                    help="outline about a third of the computing ops into private helpers called by func.call")
+    p.add_argument("--gathers", action="store_true",
+                   help="also generate gathers: linalg bodies reading a table from above at clamped indices")
     args = p.parse_args()
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 31)
         print("seed %d" % args.seed)
     AVOID.update(set(KNOWN) if args.avoid_known else set(args.avoid or []))
     OUTLINE["calls"] = args.calls
+    GATHERS["on"] = args.gathers
     if args.emit is not None:
         kind, meshes, funcs = build_module(args.seed, args.emit, args.funcs_per_module, AVOID)
         print(emit_module(meshes, funcs, ["// gen-programs.py --seed %d, module %d (%s)"
