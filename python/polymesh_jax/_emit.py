@@ -485,6 +485,7 @@ _ANY_DTYPE = {
     "func.call", "stablehlo.optimization_barrier", "sdy.sharding_constraint", "sdy.reshard",
     "stablehlo.reshape", "stablehlo.transpose", "stablehlo.broadcast_in_dim", "stablehlo.slice",
     "stablehlo.concatenate", "stablehlo.reverse", "stablehlo.while", "stablehlo.case", "stablehlo.if",
+    "stablehlo.gather",
 }
 
 
@@ -1322,6 +1323,115 @@ def _sign(e: FunctionEmitter, op: ir.Operation):
     minus_one = e.splat_constant("-1.0" if t.is_float else "-1", str(t))
     e.emit(f"{inner} = arith.select {below}, {minus_one}, {x} : {i1}, {t}")
     e.emit(f"{name} = arith.select {above}, {one}, {inner} : {i1}, {t}")
+    return [name]
+
+
+def _gather_numbers(op: ir.Operation) -> dict:
+    text = str(op.attributes["dimension_numbers"])
+    numbers = {}
+    for key in ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims",
+                "start_index_map"):
+        match = re.search(key + r" = \[([^\]]*)\]", text)
+        numbers[key] = [int(v) for v in match.group(1).split(",") if v.strip()] if match else []
+    numbers["index_vector_dim"] = int(re.search(r"index_vector_dim = (\d+)", text).group(1))
+    return numbers
+
+
+@handles("stablehlo.gather")
+def _gather(e: FunctionEmitter, op: ir.Operation):
+    """A `linalg.generic` over the result: each index vector component is an
+    input (a slice of the indices along index_vector_dim) read at the
+    result's batch dimensions; the body computes the operand index (the
+    start, clamped to [0, dim - slice size] as StableHLO defines it, plus the
+    offset from linalg.index) and reads the operand from above with
+    tensor.extract. Propagation places the operand whole on the op's mesh
+    (docs/propagation.md, section 11)."""
+    where = describe_location(op.location, op)
+    operand_value, indices_value = op.operands
+    operand = TensorType(str(operand_value.type))
+    indices = TensorType(str(indices_value.type))
+    out = TensorType(str(op.results[0].type))
+    if not indices.is_int or indices.elem == "i1":
+        raise UnmappedOpError(op.name, where, f"indices of {indices.elem}")
+    numbers = _gather_numbers(op)
+    sizes = _i64s(op.attributes["slice_sizes"])
+    ivd = numbers["index_vector_dim"]
+    offset_dims = numbers["offset_dims"]
+    batch_out = [d for d in range(out.rank) if d not in offset_dims]
+    # The indices' dimensions other than index_vector_dim, in order, are the
+    # result's batch dimensions.
+    index_dims = [d for d in range(indices.rank) if d != ivd]
+    components = indices.shape[ivd] if ivd < indices.rank else 1
+    elem = indices.elem
+    batch_shape = [indices.shape[d] for d in index_dims]
+    batch_type = tensor_type(batch_shape, elem)
+    x = e.value(indices_value)
+    inputs = []
+    for k in range(components):
+        if ivd == indices.rank:
+            inputs.append(x)
+            continue
+        offsets = [k if d == ivd else 0 for d in range(indices.rank)]
+        one = [1 if d == ivd else n for d, n in enumerate(indices.shape)]
+        sliced = e.fresh()
+        e.emit(f"{sliced} = tensor.extract_slice {x}[{', '.join(map(str, offsets))}] "
+               f"[{', '.join(map(str, one))}] [{', '.join('1' for _ in one)}] : {indices} to {tensor_type(one, elem)}")
+        # Drop the unit dimension: it joins its neighbour's group.
+        groups = [[d] for d in range(indices.rank) if d != ivd]
+        if groups and ivd > 0:
+            groups[ivd - 1].append(ivd)
+        elif groups:
+            groups[0].insert(0, ivd)
+        collapsed = e.fresh()
+        e.emit(f"{collapsed} = tensor.collapse_shape {sliced} [{', '.join('[' + ', '.join(map(str, g)) + ']' for g in groups)}]"
+               f" : {tensor_type(one, elem)} into {batch_type}")
+        inputs.append(collapsed)
+    loops = ", ".join(f"d{i}" for i in range(out.rank))
+    batch_map = f"affine_map<({loops}) -> ({', '.join(f'd{d}' for d in batch_out)})>"
+    out_map = f"affine_map<({loops}) -> ({loops})>"
+    empty = e.empty(str(out))
+    table = e.value(operand_value)
+    cast = "arith.index_castui" if indices.is_unsigned else "arith.index_cast"
+    arguments = [f"%s{k}: {elem}" for k in range(components)] + [f"%o: {out.elem}"]
+    body = [f"^bb0({', '.join(arguments)}):"]
+    body.append("  %zero = arith.constant 0 : index")
+    offset_operand_dims = [d for d in range(operand.rank)
+                           if d not in numbers["collapsed_slice_dims"] and d not in numbers["operand_batching_dims"]]
+    coordinates = []
+    for d in range(operand.rank):
+        terms = []
+        if d in numbers["start_index_map"]:
+            k = numbers["start_index_map"].index(d)
+            body.append(f"  %start{d} = {cast} %s{k} : {elem} to index")
+            body.append(f"  %high{d} = arith.constant {operand.shape[d] - sizes[d]} : index")
+            body.append(f"  %above{d} = arith.maxsi %start{d}, %zero : index")
+            body.append(f"  %clamped{d} = arith.minsi %above{d}, %high{d} : index")
+            terms.append(f"%clamped{d}")
+        if d in numbers["operand_batching_dims"]:
+            indices_dim = numbers["start_indices_batching_dims"][numbers["operand_batching_dims"].index(d)]
+            body.append(f"  %batch{d} = linalg.index {batch_out[index_dims.index(indices_dim)]} : index")
+            terms.append(f"%batch{d}")
+        if d in offset_operand_dims:
+            body.append(f"  %offset{d} = linalg.index {offset_dims[offset_operand_dims.index(d)]} : index")
+            terms.append(f"%offset{d}")
+        if not terms:
+            coordinates.append("%zero")
+        elif len(terms) == 1:
+            coordinates.append(terms[0])
+        else:
+            body.append(f"  %at{d} = arith.addi {terms[0]}, {terms[1]} : index")
+            coordinates.append(f"%at{d}")
+    body.append(f"  %read = tensor.extract {table}[{', '.join(coordinates)}] : {operand}")
+    body.append(f"  linalg.yield %read : {out.elem}")
+    name = e.fresh()
+    maps = ", ".join([batch_map] * components + [out_map])
+    iterators = ", ".join(['"parallel"'] * out.rank)
+    e.emit(f"{name} = linalg.generic {{indexing_maps = [{maps}], iterator_types = [{iterators}]}} "
+           + (f"ins({', '.join(inputs)} : {', '.join([batch_type] * components)}) " if inputs else "")
+           + f"outs({empty} : {out}) {{")
+    for line in body:
+        e.cont(line)
+    e.cont(f"}} -> {out}")
     return [name]
 
 

@@ -112,6 +112,15 @@ CASES = {
                                          jnp.nextafter(a, b), jnp.nextafter(a, a), jnp.nextafter(a * 0, b),
                                          jax.scipy.special.erfinv((a / 9).astype(jnp.bfloat16)).astype(jnp.float32)),
                            (f32(4, 8, spec=("data", "model")), f32(4, 8))),
+    # Gathers: an embedding lookup (rows of a table split by columns), take
+    # along a split axis, take_along_axis (batching dimensions), and ids out
+    # of range (clamped, as StableHLO defines it).
+    "gather": (lambda table, ids, x, i: (table[ids], jnp.take(x, i % 8, axis=1),
+                                         jnp.take_along_axis(x, jnp.abs(i[None, :2]) % 8 + jnp.zeros((4, 1), jnp.int32),
+                                                             axis=1),
+                                         jnp.take(table, ids * 1000, axis=0, mode="clip")),
+               (f32(50, 16, spec=(None, "model")), f32(4, 5, spec=("data",), dtype=jnp.int32),
+                f32(4, 8, spec=("data",)), f32(3, dtype=jnp.int32))),
     "softmax_layernorm": (lambda x, w: (jax.nn.softmax(x @ w, axis=-1),
                                         (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-5)),
                           (f32(4, 16, spec=("data",)), f32(16, 8, spec=(None, "model")))),
@@ -207,3 +216,18 @@ def test_argmax_exports_runs_and_verifies(devices):
     assert_verifies(program.text)
     # The batch split survives the argmax over the classes.
     assert pj.resolve_out_shardings(accuracy_and_top_score, w, x, labels)["predicted"].spec == P("data")
+
+
+def embed_tied_logits(table, ids):
+    """A language model's two ends: token embeddings (a gather of table rows)
+    and logits against the same table (the tied output layer)."""
+    h = jnp.tanh(table[ids])
+    return jnp.einsum("btd,vd->btv", h, table)
+
+
+def test_embedding_with_tied_logits_verifies():
+    args = (f32(96, 32, spec=("model",)), f32(4, 6, spec=("data",), dtype=jnp.int32))
+    program = pj.export_program(embed_tied_logits, args)
+    assert program.opaque_ops == [] and "tensor.extract" in program.text
+    check_reference_matches_jax(embed_tied_logits, args)
+    assert_verifies(program.text)
