@@ -257,6 +257,8 @@ private:
   bool resolveSlots(Operation *op);
   void reshardFeeders(Operation *op);
   void refineSlots();
+  std::pair<ShardingAttr, int64_t>
+  cheapestFor(ArrayRef<Value> members, ArrayRef<ShardingAttr> candidates);
   void reshardCaptured(Operation *op);
   bool isFunctionTerminator(Operation *op) {
     return op->hasTrait<OpTrait::IsTerminator>() &&
@@ -979,20 +981,7 @@ bool FunctionPropagator::resolveSlots(Operation *op) {
       }
     if (candidates.empty())
       continue;
-    std::optional<std::pair<int64_t, std::string>> best;
-    ShardingAttr chosen;
-    for (ShardingAttr candidate : candidates) {
-      int64_t cost = 0;
-      for (Value member : members)
-        if (ShardingAttr sharding = lookup(member))
-          cost = saturatingAdd(cost,
-                               moveCost(sharding, candidate, member.getType()));
-      std::pair<int64_t, std::string> key{cost, toText(candidate)};
-      if (!best || key < *best) {
-        best = key;
-        chosen = candidate;
-      }
-    }
+    ShardingAttr chosen = cheapestFor(members, candidates).first;
     for (Value owner : slot.owners) {
       ShardingAttr current = lookup(owner);
       if (!current) {
@@ -1870,6 +1859,29 @@ bool FunctionPropagator::placeBlockedBarriers() {
   return changed;
 }
 
+/// Of `candidates` (not empty), the one that moves the fewest bytes when
+/// every placed member of `members` moves to it, then the one whose text
+/// sorts first; with that cost.
+std::pair<ShardingAttr, int64_t>
+FunctionPropagator::cheapestFor(ArrayRef<Value> members,
+                                ArrayRef<ShardingAttr> candidates) {
+  std::optional<std::pair<int64_t, std::string>> best;
+  ShardingAttr chosen;
+  for (ShardingAttr candidate : candidates) {
+    int64_t cost = 0;
+    for (Value member : members)
+      if (ShardingAttr sharding = lookup(member))
+        cost = saturatingAdd(cost,
+                             moveCost(sharding, candidate, member.getType()));
+    std::pair<int64_t, std::string> key{cost, toText(candidate)};
+    if (!best || key < *best) {
+      best = key;
+      chosen = candidate;
+    }
+  }
+  return {chosen, best->first};
+}
+
 /// Groups whose members were placed differently: every member takes the
 /// sharding that moves the fewest bytes over the group (then the one whose
 /// text sorts first), through a reshard after each member placed otherwise,
@@ -1886,25 +1898,12 @@ bool FunctionPropagator::resolveGroups() {
           distinct.push_back(sharding);
     if (distinct.size() < 2)
       continue;
-    std::optional<std::tuple<int64_t, std::string, ShardingAttr>> best;
-    for (ShardingAttr candidate : distinct) {
-      int64_t cost = 0;
-      for (Value member : members)
-        if (ShardingAttr sharding = lookup(member))
-          cost = saturatingAdd(cost,
-                               moveCost(sharding, candidate, member.getType()));
-      std::tuple<int64_t, std::string, ShardingAttr> entry{
-          cost, toText(candidate), candidate};
-      if (!best || std::make_pair(cost, std::get<1>(entry)) <
-                       std::make_pair(std::get<0>(*best), std::get<1>(*best)))
-        best = entry;
-    }
-    ShardingAttr chosen = std::get<2>(*best);
+    auto [chosen, cost] = cheapestFor(members, distinct);
     InFlightDiagnostic diag =
         groupOps.lookup(id)->emitWarning()
         << "sharding group " << id << ": members have " << distinct.size()
         << " different shardings; all take " << chosen
-        << ", which moves the fewest bytes (" << std::get<0>(*best) << ")";
+        << ", which moves the fewest bytes (" << cost << ")";
     for (Value &member : members) {
       ShardingAttr sharding = lookup(member);
       if (!sharding || isSameLayout(sharding, chosen))

@@ -310,6 +310,12 @@ class FunctionEmitter:
         """Starts a statement (one op)."""
         self.statements.append(["  " + text])
 
+    def define(self, text: str) -> str:
+        """Emits `%name = text` for a fresh name and returns the name."""
+        name = self.fresh()
+        self.emit(f"{name} = {text}")
+        return name
+
     def cont(self, text: str) -> None:
         """Continues the last statement (an op's region)."""
         self.statements[-1].append("  " + text)
@@ -1459,12 +1465,7 @@ def _erf_inv(e: FunctionEmitter, op: ir.Operation):
         wide = e.fresh()
         e.emit(f"{wide} = arith.extf {x} : {t} to {f}")
         x = wide
-
-    def emit(text: str) -> str:
-        name = e.fresh()
-        e.emit(f"{name} = {text}")
-        return name
-
+    emit = e.define
     square = emit(f"arith.mulf {x}, {x} : {f}")
     negated = emit(f"arith.negf {square} : {f}")
     log = emit(f"math.log1p {negated} : {f}")
@@ -1505,11 +1506,7 @@ def _next_after(e: FunctionEmitter, op: ir.Operation):
     n = tensor_type(t.shape, f"i{width}")
     i1 = tensor_type(t.shape, "i1")
     x, y = (e.value(v) for v in op.operands)
-
-    def emit(text: str) -> str:
-        name = e.fresh()
-        e.emit(f"{name} = {text}")
-        return name
+    emit = e.define
 
     def integer(value: int) -> str:
         # Signless: the bit pattern as a signed constant of the width.
@@ -1609,42 +1606,37 @@ def _while(e: FunctionEmitter, op: ir.Operation):
     return outputs
 
 
+def _branches(e: FunctionEmitter, op: ir.Operation, openers: Sequence[str], closer: str) -> None:
+    """Continues the current statement with each region of `op` after its
+    opener (`case 0 {`, `} else {`), yielding what the region returns."""
+    for opener, region in zip(openers, op.regions):
+        lines, returned = _region(e, region.blocks[0], [])
+        e.cont(opener)
+        for line in lines:
+            e.cont(line)
+        e.cont(_yield(returned, op.results))
+    e.cont(closer)
+
+
 @handles("stablehlo.case")
 def _case(e: FunctionEmitter, op: ir.Operation):
     # An index outside [0, n) takes the last branch, as scf.index_switch's
     # default does for any index without a case.
-    index = e.fresh()
-    e.emit(f"{index} = tensor.extract {e.value(op.operands[0])}[] : {op.operands[0].type}")
-    position = e.fresh()
-    e.emit(f"{position} = arith.index_cast {index} : {TensorType(str(op.operands[0].type)).elem} to index")
-    branches = [_region(e, region.blocks[0], []) for region in op.regions]
+    index = e.define(f"tensor.extract {e.value(op.operands[0])}[] : {op.operands[0].type}")
+    position = e.define(f"arith.index_cast {index} : {TensorType(str(op.operands[0].type)).elem} to index")
     lhs, outputs = _results(e, len(op.results))
     arrow = f" -> {_types(op.results)}" if op.results else ""
     e.emit(f"{lhs}scf.index_switch {position}{arrow}")
-    for k, (lines, returned) in enumerate(branches):
-        e.cont(f"case {k} {{" if k + 1 < len(branches) else "default {")
-        for line in lines:
-            e.cont(line)
-        e.cont(_yield(returned, op.results))
-        e.cont("}")
+    openers = [f"case {k} {{" for k in range(len(op.regions) - 1)] + ["default {"]
+    _branches(e, op, openers[:1] + ["} " + opener for opener in openers[1:]], "}")
     return outputs
 
 
 @handles("stablehlo.if")
 def _if(e: FunctionEmitter, op: ir.Operation):
-    flag = e.fresh()
-    e.emit(f"{flag} = tensor.extract {e.value(op.operands[0])}[] : tensor<i1>")
-    then_lines, then_returned = _region(e, op.regions[0].blocks[0], [])
-    else_lines, else_returned = _region(e, op.regions[1].blocks[0], [])
+    flag = e.define(f"tensor.extract {e.value(op.operands[0])}[] : tensor<i1>")
     lhs, outputs = _results(e, len(op.results))
     arrow = f" -> ({_types(op.results)})" if op.results else ""
-    e.emit(f"{lhs}scf.if {flag}{arrow} {{")
-    for line in then_lines:
-        e.cont(line)
-    e.cont(_yield(then_returned, op.results))
-    e.cont("} else {")
-    for line in else_lines:
-        e.cont(line)
-    e.cont(_yield(else_returned, op.results))
-    e.cont("}")
+    e.emit(f"{lhs}scf.if {flag}{arrow}")
+    _branches(e, op, ["{", "} else {"], "}")
     return outputs

@@ -138,3 +138,33 @@ def placement_problems(tree: Any, expected: dict[str, NamedSharding], same_objec
         elif device_map(got, leaf.shape) != device_map(want, leaf.shape):
             problems.append(f"{name}: devices hold other boxes ({got.spec} instead of {want.spec})")
     return problems
+
+
+def propagate_warnings(text: str) -> str:
+    """polymesh-opt --polymesh-propagate's warnings on `text` (it must pass)."""
+    process = subprocess.run([str(pj.tool_path("polymesh-opt")), "--polymesh-propagate", "-o", "/dev/null"],
+                             input=text, capture_output=True, text=True)
+    assert process.returncode == 0, process.stderr
+    return process.stderr
+
+
+def assert_at_least_as_sharded_as_jax(fn, args, program) -> Any:
+    """Resolves `fn(*args)` and checks every leaf's tile against JAX's own
+    compilation (`jax.jit(fn).lower(*args).compile().output_shardings`):
+    the same number of devices, a tile no larger. Returns the resolution."""
+    resolution = pj.resolve(fn, args)
+    compiled = jax.jit(fn).lower(*args).compile().output_shardings
+    for path, jax_sharding in jax.tree_util.tree_flatten_with_path(compiled)[0]:
+        leaf = pj.format_path(path) or "result"
+        ours = resolution.out_shardings
+        for key in path:
+            ours = ours[getattr(key, "key", getattr(key, "idx", None))]
+        shape = next(r for r in program.results if r.path == leaf).type
+        extents = tuple(int(d) for d in shape[len("tensor<"):].split("x")[:-1])
+        assert ours.num_devices == jax_sharding.num_devices
+        assert _tile(ours, extents) <= _tile(jax_sharding, extents), (leaf, ours, jax_sharding)
+    return resolution
+
+
+def _tile(sharding, shape) -> int:
+    return int(np.prod(sharding.shard_shape(shape))) if shape else 1

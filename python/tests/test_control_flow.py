@@ -13,16 +13,15 @@ that later steps compute with, and --verify compares those bit for bit
 (docs/propagation.md, "Known limits"): the weights here are split on the
 dimensions the bodies do not sum over."""
 
-import subprocess
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import polymesh_jax as pj
-from helpers import assert_verifies, check_reference_matches_jax
+from helpers import (assert_at_least_as_sharded_as_jax, assert_verifies, check_reference_matches_jax,
+                     propagate_warnings)
 
 
 def scan_layers(h, w, b):
@@ -98,59 +97,31 @@ def rnn_explicit(xs, h0, w_x, w_h):
     return jax.lax.fori_loop(0, xs.shape[0], step, h0)
 
 
-def auto_mesh(shape, names):
-    return jax.make_mesh(shape, names, axis_types=(AxisType.Auto,) * len(names))
-
-
-def cases(devices):
+def programs(devices, explicit=False):
+    """The mesh and the programs with their inputs. With `explicit`, a mesh
+    of Explicit axes (JAX 0.10's default, used under jax.set_mesh): Explicit
+    axes fix a loop carry's sharding, so the scan and the RNN reshard their
+    step's output (the _explicit variants), and the while loop's input is
+    not split along the dimension jnp.roll shifts (JAX does not implement
+    that under Explicit axes)."""
     data, model = (2, 4) if devices == 8 else (4, 8)
-    mesh = auto_mesh((data, model), ("data", "model"))
-    put = lambda shape, spec, dtype=np.float32: jax.device_put(  # noqa: E731
-        np.zeros(shape, dtype), NamedSharding(mesh, spec))
-    batch, width, layers, length = 2 * data, 8 * model, 4, 6
-    return {
-        "scan_layers": (scan_layers, (
-            put((batch, width), P("data")),
-            put((layers, width, width), P(None, None, "model")),
-            put((layers, width), P(None, "model")))),
-        "rnn": (rnn, (
-            put((length, batch, 24), P(None, "data")),
-            put((batch, width), P("data")),
-            put((24, width), P(None, "model")),
-            put((width, width), P(None, "model")))),
-        "bounded_while": (bounded_while, (put((batch, width), P("data", "model")), jnp.int32(3))),
-        "cond_update": (cond_update, (
-            put((width, 3 * model), P("data", "model")), put((width, 3 * model), P("data", "model")),
-            jnp.int32(5))),
-        "switch_activation": (switch_activation, (put((batch, 20, width), P("data", None, "model")),
-                                                  jnp.int32(1))),
-        "scan_cumulative": (scan_cumulative, (put((length, batch, width), P(None, "data", "model")),
-                                              put((batch, width), P("data", "model")))),
-    }
-
-
-def explicit_cases(devices):
-    """The same programs on a mesh of Explicit axes (JAX 0.10's default),
-    exported under jax.set_mesh. Explicit axes fix a loop carry's sharding,
-    so the scan and the RNN reshard their step's output (the _explicit
-    variants), and the while loop's input is not split along the dimension
-    jnp.roll shifts (JAX does not implement that under Explicit axes)."""
-    data, model = (2, 4) if devices == 8 else (4, 8)
-    mesh = jax.make_mesh((data, model), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    axis = AxisType.Explicit if explicit else AxisType.Auto
+    mesh = jax.make_mesh((data, model), ("data", "model"), axis_types=(axis,) * 2)
     put = lambda shape, spec, dtype=np.float32: jax.device_put(  # noqa: E731
         np.zeros(shape, dtype), NamedSharding(mesh, spec))
     batch, width, layers, length = 2 * data, 8 * model, 4, 6
     return mesh, {
-        "scan_layers": (scan_layers_explicit, (
+        "scan_layers": (scan_layers_explicit if explicit else scan_layers, (
             put((batch, width), P("data")),
             put((layers, width, width), P(None, None, "model")),
             put((layers, width), P(None, "model")))),
-        "rnn": (rnn_explicit, (
+        "rnn": (rnn_explicit if explicit else rnn, (
             put((length, batch, 24), P(None, "data")),
             put((batch, width), P("data")),
             put((24, width), P(None, "model")),
             put((width, width), P(None, "model")))),
-        "bounded_while": (bounded_while, (put((batch, width), P("data")), jnp.int32(3))),
+        "bounded_while": (bounded_while, (put((batch, width), P("data") if explicit else P("data", "model")),
+                                          jnp.int32(3))),
         "cond_update": (cond_update, (
             put((width, 3 * model), P("data", "model")), put((width, 3 * model), P("data", "model")),
             jnp.int32(5))),
@@ -161,19 +132,13 @@ def explicit_cases(devices):
     }
 
 
+def cases(devices):
+    """The programs on a mesh of Auto axes."""
+    return programs(devices)[1]
+
+
 NAMES = ["scan_layers", "rnn", "bounded_while", "cond_update", "switch_activation", "scan_cumulative"]
 CONTROL_FLOW = ("scf.while", "scf.index_switch", "scf.if")
-
-
-def propagate_warnings(text: str) -> str:
-    process = subprocess.run([str(pj.tool_path("polymesh-opt")), "--polymesh-propagate", "-o", "/dev/null"],
-                             input=text, capture_output=True, text=True)
-    assert process.returncode == 0, process.stderr
-    return process.stderr
-
-
-def _tile(sharding, shape) -> int:
-    return int(np.prod(sharding.shard_shape(shape))) if shape else 1
 
 
 @pytest.mark.parametrize("devices", [8, 32])
@@ -186,8 +151,8 @@ def test_control_flow_programs(name, devices):
 @pytest.mark.parametrize("devices", [8, 32])
 @pytest.mark.parametrize("name", NAMES)
 def test_control_flow_programs_explicit_axes(name, devices):
-    mesh, programs = explicit_cases(devices)
-    fn, args = programs[name]
+    mesh, found = programs(devices, explicit=True)
+    fn, args = found[name]
     with jax.set_mesh(mesh):
         resolution = check_program(fn, args)
     # Every leaf on the user's own Mesh object.
@@ -202,18 +167,38 @@ def check_program(fn, args):
     assert "stablehlo." not in program.text
     warnings = propagate_warnings(program.text)
     assert "no sharding rule" not in warnings, warnings
-    # At least as sharded as JAX's own compilation, leaf by leaf.
-    resolution = pj.resolve(fn, args)
-    compiled = jax.jit(fn).lower(*args).compile().output_shardings
-    for path, jax_sharding in jax.tree_util.tree_flatten_with_path(compiled)[0]:
-        leaf = pj.format_path(path) or "result"
-        ours = resolution.out_shardings
-        for key in path:
-            ours = ours[getattr(key, "key", getattr(key, "idx", None))]
-        shape = next(r for r in program.results if r.path == leaf).type
-        extents = tuple(int(d) for d in shape[len("tensor<"):].split("x")[:-1])
-        assert ours.num_devices == jax_sharding.num_devices
-        assert _tile(ours, extents) <= _tile(jax_sharding, extents), (leaf, ours, jax_sharding)
+    resolution = assert_at_least_as_sharded_as_jax(fn, args, program)
     check_reference_matches_jax(fn, args)
     assert_verifies(program.text)
     return resolution
+
+
+def test_stablehlo_if_becomes_scf_if():
+    """JAX writes cond as stablehlo.case; other producers write
+    stablehlo.if, which becomes scf.if."""
+    from jax._src.interpreters import mlir as jax_mlir
+    from jaxlib.mlir import ir
+
+    from polymesh_jax._emit import FunctionEmitter
+
+    text = """
+    func.func @main(%p: tensor<i1>, %x: tensor<8xf32>) -> tensor<8xf32> {
+      %r = "stablehlo.if"(%p) ({
+        %n = stablehlo.negate %x : tensor<8xf32>
+        stablehlo.return %n : tensor<8xf32>
+      }, {
+        stablehlo.return %x : tensor<8xf32>
+      }) : (tensor<i1>) -> tensor<8xf32>
+      return %r : tensor<8xf32>
+    }"""
+    with jax_mlir.make_ir_context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        emitter = FunctionEmitter(module, lambda symbol: symbol)
+        returned = emitter.emit_main(list(module.body.operations)[0].operation, ["%p", "%x"])
+        body = "\n".join(emitter.body_lines(returned))
+    assert "scf.if" in body and "} else {" in body, body
+    program = ('polymesh.mesh @m = <["x"=4]>\n'
+               'func.func @main(%p: tensor<i1> {polymesh.sharding = #polymesh.sharding<@m, []>},\n'
+               '    %x: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}]>}) -> tensor<8xf32> {\n'
+               f"{body}\n  return {returned[0]} : tensor<8xf32>\n}}\n")
+    assert_verifies(program)

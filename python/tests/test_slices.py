@@ -6,7 +6,6 @@ sharded as JAX's own compilation, computes JAX's values and passes
 polymesh-run --verify."""
 
 import math
-import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +14,8 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import polymesh_jax as pj
-from helpers import assert_verifies, check_reference_matches_jax
+from helpers import (assert_at_least_as_sharded_as_jax, assert_verifies, check_reference_matches_jax,
+                     propagate_warnings)
 
 
 def auto_mesh(shape, names):
@@ -86,13 +86,6 @@ def cases(devices):
     }
 
 
-def propagate_warnings(text: str) -> str:
-    process = subprocess.run([str(pj.tool_path("polymesh-opt")), "--polymesh-propagate", "-o", "/dev/null"],
-                             input=text, capture_output=True, text=True)
-    assert process.returncode == 0, process.stderr
-    return process.stderr
-
-
 @pytest.mark.parametrize("devices", [8, 32])
 @pytest.mark.parametrize("name", ["decode_step", "token_shift_mix", "window", "static_row_grad",
                                   "bidirectional_features"])
@@ -103,21 +96,7 @@ def test_slice_programs(name, devices):
     warnings = propagate_warnings(program.text)
     for op in ("tensor.extract_slice", "tensor.insert_slice", "tensor.pad", "tensor.concat", "linalg.generic"):
         assert f"no sharding rule for '{op}'" not in warnings, warnings
-    # At least as sharded as JAX's own compilation, leaf by leaf.
-    resolution = pj.resolve(fn, args)
-    compiled = jax.jit(fn).lower(*args).compile().output_shardings
-    for path, jax_sharding in jax.tree_util.tree_flatten_with_path(compiled)[0]:
-        leaf = pj.format_path(path) or "result"
-        ours = resolution.out_shardings
-        for key in path:
-            ours = ours[getattr(key, "key", getattr(key, "idx", None))]
-        shape = next(r for r in program.results if r.path == leaf).type
-        extents = tuple(int(d) for d in shape[len("tensor<"):].split("x")[:-1])
-        assert ours.num_devices == jax_sharding.num_devices
-        assert _tile(ours, extents) <= _tile(jax_sharding, extents), (leaf, ours, jax_sharding)
+    assert_at_least_as_sharded_as_jax(fn, args, program)
     check_reference_matches_jax(fn, args)
     assert_verifies(program.text)
 
-
-def _tile(sharding, shape) -> int:
-    return int(np.prod(sharding.shard_shape(shape))) if shape else 1
