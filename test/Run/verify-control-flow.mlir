@@ -39,7 +39,9 @@
 // PART-LABEL: func.func @switch_branches__part0
 // PART: scf.index_switch %{{.*}} -> tensor<6x10xf32>
 // CHECK-NEXT: @counter_from_tile: 1 leaf, 192 bytes moved, {{.*}} on 4 devices, PASS
-// CHECK-NEXT: 9 passed, 0 failed
+// CHECK-NEXT: @while_types: 1 leaf, 512 bytes moved, {{.*}} on 8 devices, PASS
+// CHECK-NEXT: @deep: 1 leaf, 336 bytes moved, {{.*}} on 8 devices, PASS
+// CHECK-NEXT: 11 passed, 0 failed
 
 polymesh.mesh @m = <["x"=4, "y"=2]>
 polymesh.mesh @stage0 = <["x"=2], device_ids=[5, 2]>
@@ -204,4 +206,55 @@ func.func @counter_from_tile(%a: tensor<16xi32> {polymesh.sharding = #polymesh.s
     scf.yield %k3, %twice : i32, tensor<16xi32>
   }
   return %r#1 : tensor<16xi32>
+}
+
+// A while loop whose after region carries other values, in another order,
+// than its before region (the condition negates the tensor it passes).
+func.func @while_types(%a: tensor<8x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>}) -> tensor<8x4xf32> {
+  %c0 = arith.constant 0 : i32
+  %c3 = arith.constant 3 : i32
+  %c1 = arith.constant 1 : i32
+  %r:2 = scf.while (%k = %c0, %v = %a) : (i32, tensor<8x4xf32>) -> (tensor<8x4xf32>, i32) {
+    %go = arith.cmpi slt, %k, %c3 : i32
+    %n = arith.negf %v : tensor<8x4xf32>
+    scf.condition(%go) %n, %k : tensor<8x4xf32>, i32
+  } do {
+  ^bb0(%w: tensor<8x4xf32>, %k2: i32):
+    %k3 = arith.addi %k2, %c1 : i32
+    %t = polymesh.reshard %w <@m, [{}, {"y"}]> : tensor<8x4xf32>
+    %e = math.exp %t : tensor<8x4xf32>
+    scf.yield %k3, %e : i32, tensor<8x4xf32>
+  }
+  return %r#0 : tensor<8x4xf32>
+}
+
+// A while loop inside an if inside a for, the if deciding on a flag every
+// device holds.
+func.func @deep(%a: tensor<6x6xi32> {polymesh.sharding = #polymesh.sharding<@m, [{"y"}, {"x"}]>}, %f: tensor<i1>) -> tensor<6x6xi32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %z = arith.constant 0 : i32
+  %one = arith.constant 1 : i32
+  %flag = tensor.extract %f[] : tensor<i1>
+  %r = scf.for %i = %c0 to %c2 step %c1 iter_args(%acc = %a) -> (tensor<6x6xi32>) {
+    %b = scf.if %flag -> (tensor<6x6xi32>) {
+      %w:2 = scf.while (%k = %z, %v = %acc) : (i32, tensor<6x6xi32>) -> (i32, tensor<6x6xi32>) {
+        %go = arith.cmpi slt, %k, %one : i32
+        scf.condition(%go) %k, %v : i32, tensor<6x6xi32>
+      } do {
+      ^bb0(%k2: i32, %v2: tensor<6x6xi32>):
+        %s = arith.addi %v2, %v2 : tensor<6x6xi32>
+        %t = polymesh.reshard %s <@m, [{"x"}, {}]> : tensor<6x6xi32>
+        %k3 = arith.addi %k2, %one : i32
+        scf.yield %k3, %t : i32, tensor<6x6xi32>
+      }
+      scf.yield %w#1 : tensor<6x6xi32>
+    } else {
+      %m2 = arith.muli %acc, %acc : tensor<6x6xi32>
+      scf.yield %m2 : tensor<6x6xi32>
+    }
+    scf.yield %b : tensor<6x6xi32>
+  }
+  return %r : tensor<6x6xi32>
 }
