@@ -19,11 +19,13 @@
 #include "polymesh/Transforms/ShardingRules.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
+#include "mlir/Interfaces/LoopLikeInterface.h"
 #include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/MathExtras.h"
@@ -257,6 +259,7 @@ private:
   bool resolveSlots(Operation *op);
   void reshardFeeders(Operation *op);
   void refineSlots();
+  void hoistInvariantReshards();
   std::pair<ShardingAttr, int64_t>
   cheapestFor(ArrayRef<Value> members, ArrayRef<ShardingAttr> candidates);
   void reshardCaptured(Operation *op);
@@ -1776,7 +1779,30 @@ LogicalResult FunctionPropagator::finalize() {
     resultAttrs[index] = attrs.getDictionary(context);
   }
   function.setAllResultAttrs(resultAttrs);
+  hoistInvariantReshards();
   return success();
+}
+
+/// A reshard in a loop body of a value defined outside the loop moves the
+/// same bytes on every iteration: it moves once, before the loop (out of
+/// every enclosing loop it does not depend on). Reshards are pure, so
+/// moving one out of a loop that runs no iteration only costs its bytes.
+/// Reshards inside a branch stay there: hoisting them would move data that
+/// the branch not taken never needs.
+void FunctionPropagator::hoistInvariantReshards() {
+  SmallVector<ReshardOp> reshards;
+  function->walk([&](ReshardOp reshard) { reshards.push_back(reshard); });
+  for (ReshardOp reshard : reshards) {
+    Operation *target = nullptr;
+    for (Operation *parent = reshard->getParentOp();
+         isa_and_nonnull<scf::ForOp, scf::WhileOp>(parent) &&
+         cast<LoopLikeOpInterface>(parent).isDefinedOutsideOfLoop(
+             reshard.getInput());
+         parent = parent->getParentOp())
+      target = parent;
+    if (target)
+      reshard->moveBefore(target);
+  }
 }
 
 /// A constant used by several ops is materialized once per user, so that

@@ -41,7 +41,8 @@
 // CHECK-NEXT: @counter_from_tile: 1 leaf, 192 bytes moved, {{.*}} on 4 devices, PASS
 // CHECK-NEXT: @while_types: 1 leaf, 512 bytes moved, {{.*}} on 8 devices, PASS
 // CHECK-NEXT: @deep: 1 leaf, 336 bytes moved, {{.*}} on 8 devices, PASS
-// CHECK-NEXT: 11 passed, 0 failed
+// CHECK-NEXT: @invariant_weight: 1 leaf, 7168 bytes moved, {{.*}} on 8 devices, PASS
+// CHECK-NEXT: 12 passed, 0 failed
 
 polymesh.mesh @m = <["x"=4, "y"=2]>
 polymesh.mesh @stage0 = <["x"=2], device_ids=[5, 2]>
@@ -257,4 +258,22 @@ func.func @deep(%a: tensor<6x6xi32> {polymesh.sharding = #polymesh.sharding<@m, 
     scf.yield %b : tensor<6x6xi32>
   }
   return %r : tensor<6x6xi32>
+}
+
+// A weight resharded in the body, though defined outside the loop: the
+// all-gather is hoisted before the loop and runs once (7,168 bytes).
+func.func @invariant_weight(%h0: tensor<32x16xi32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>},
+                            %w: tensor<16x16xi32> {polymesh.sharding = #polymesh.sharding<@m, [{"y"}, {"x"}]>}) -> tensor<32x16xi32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c5 = arith.constant 5 : index
+  %zero = arith.constant 0 : i32
+  %r = scf.for %i = %c0 to %c5 step %c1 iter_args(%h = %h0) -> (tensor<32x16xi32>) {
+    %wr = polymesh.reshard %w <@m, [{}, {}]> : tensor<16x16xi32>
+    %e = tensor.empty() : tensor<32x16xi32>
+    %z = linalg.fill ins(%zero : i32) outs(%e : tensor<32x16xi32>) -> tensor<32x16xi32>
+    %p = linalg.matmul ins(%h, %wr : tensor<32x16xi32>, tensor<16x16xi32>) outs(%z : tensor<32x16xi32>) -> tensor<32x16xi32>
+    scf.yield %p : tensor<32x16xi32>
+  }
+  return %r : tensor<32x16xi32>
 }

@@ -270,3 +270,40 @@ func.func @switch_branches(%a: tensor<24x10xf32> {polymesh.sharding = #polymesh.
   }
   return %r : tensor<24x10xf32>
 }
+
+// -----
+
+polymesh.mesh @m = <["x"=4, "y"=2]>
+
+// A reshard of a value defined outside the loop moves the same bytes every
+// step: it moves once, before the loop (7,168 bytes instead of 5 x 7,168).
+// One inside a branch in the loop stays: the branch may not be taken.
+// CHECK-LABEL: func.func @invariant_weight
+// CHECK: %[[W:.*]] = polymesh.reshard %arg1 <@m, [{}, {}]>
+// CHECK-NEXT: scf.for
+// CHECK: linalg.matmul {{.*}} ins(%{{.*}}, %[[W]] :
+// CHECK: scf.if
+// CHECK-NEXT: polymesh.reshard %arg1 <@m, [{"x"}, {}]>
+func.func @invariant_weight(%h0: tensor<32x16xi32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>},
+                            %w: tensor<16x16xi32> {polymesh.sharding = #polymesh.sharding<@m, [{"y"}, {"x"}]>},
+                            %flag: i1) -> (tensor<32x16xi32>, tensor<16x16xi32>) {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c5 = arith.constant 5 : index
+  %zero = arith.constant 0 : i32
+  %r:2 = scf.for %i = %c0 to %c5 step %c1 iter_args(%h = %h0, %acc = %w) -> (tensor<32x16xi32>, tensor<16x16xi32>) {
+    %wr = polymesh.reshard %w <@m, [{}, {}]> : tensor<16x16xi32>
+    %e = tensor.empty() : tensor<32x16xi32>
+    %z = linalg.fill ins(%zero : i32) outs(%e : tensor<32x16xi32>) -> tensor<32x16xi32>
+    %p = linalg.matmul ins(%h, %wr : tensor<32x16xi32>, tensor<16x16xi32>) outs(%z : tensor<32x16xi32>) -> tensor<32x16xi32>
+    %b = scf.if %flag -> (tensor<16x16xi32>) {
+      %m = polymesh.reshard %w <@m, [{"x"}, {}]> : tensor<16x16xi32>
+      %s = arith.addi %m, %acc : tensor<16x16xi32>
+      scf.yield %s : tensor<16x16xi32>
+    } else {
+      scf.yield %acc : tensor<16x16xi32>
+    }
+    scf.yield %p, %b : tensor<32x16xi32>, tensor<16x16xi32>
+  }
+  return %r#0, %r#1 : tensor<32x16xi32>, tensor<16x16xi32>
+}

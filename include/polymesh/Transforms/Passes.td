@@ -83,7 +83,8 @@ def PolymeshPropagate : Pass<"polymesh-propagate", "mlir::ModuleOp"> {
     another layout are resharded at the boundary (before the op, before the
     terminator). Once propagation has converged, a carried value takes one
     of its feeders' shardings instead where that moves no more bytes and is
-    more sharded (docs/propagation.md, section 10).
+    more sharded (docs/propagation.md, section 10). A reshard directly in a
+    loop body of a value defined outside the loop is hoisted before it.
 
     Afterwards every op with tensor results carries `polymesh.sharding` (one
     sharding, or an array with one per result), every function argument and
