@@ -1008,7 +1008,8 @@ bool FunctionPropagator::resolveSlots(Operation *op) {
 /// init is split over "data" and whose body yields a value split over
 /// "data" and "model" carries the latter when that moves no more bytes: JAX
 /// carries the more sharded value too. Returned owners follow the function
-/// result unless it declares a sharding.
+/// result unless it declares a sharding; an op the user annotated keeps
+/// its shardings.
 void FunctionPropagator::refineSlots() {
   SmallVector<Operation *> carriers;
   for (Operation *op : bodyOps())
@@ -1022,6 +1023,9 @@ void FunctionPropagator::refineSlots() {
       for (OpOperand *feeder : slot.feeders)
         ownerFed[feeder] = slot.owners.front();
   for (Operation *op : carriers) {
+    // The user's own shardings of the op's results stay.
+    if (pinnedOps.contains(op))
+      continue;
     for (CarriedValue &slot : carriedSlots(op)) {
       ShardingAttr current = lookup(slot.owners.front());
       if (!current || llvm::any_of(slot.owners, [&](Value owner) {

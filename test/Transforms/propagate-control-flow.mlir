@@ -307,3 +307,33 @@ func.func @invariant_weight(%h0: tensor<32x16xi32> {polymesh.sharding = #polymes
   }
   return %r#0, %r#1 : tensor<32x16xi32>, tensor<16x16xi32>
 }
+
+// -----
+
+polymesh.mesh @m = <["x"=4, "y"=2]>
+
+// @scan_dense with the loop's sharding written by the user: it is kept
+// (the carried value is not switched to the more sharded layout); the
+// yield is moved to it instead.
+// CHECK-LABEL: func.func @pinned_loop
+// CHECK-SAME: -> (tensor<96x64xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>})
+// CHECK: scf.for %{{.*}} iter_args(%{{.*}} = %arg0)
+// CHECK: %[[T:.*]] = math.tanh
+// CHECK-NEXT: %[[M:.*]] = polymesh.reshard %[[T]] <@m, [{"x"}, {}]>
+// CHECK-NEXT: scf.yield %[[M]]
+// CHECK: } {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>}
+func.func @pinned_loop(%h0: tensor<96x64xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>},
+                  %w: tensor<64x64xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"y"}]>}) -> tensor<96x64xf32> {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %zero = arith.constant 0.0 : f32
+  %r = scf.for %i = %c0 to %c4 step %c1 iter_args(%h = %h0) -> (tensor<96x64xf32>) {
+    %e = tensor.empty() : tensor<96x64xf32>
+    %z = linalg.fill ins(%zero : f32) outs(%e : tensor<96x64xf32>) -> tensor<96x64xf32>
+    %p = linalg.matmul ins(%h, %w : tensor<96x64xf32>, tensor<64x64xf32>) outs(%z : tensor<96x64xf32>) -> tensor<96x64xf32>
+    %t = math.tanh %p : tensor<96x64xf32>
+    scf.yield %t : tensor<96x64xf32>
+  } {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>}
+  return %r : tensor<96x64xf32>
+}
