@@ -102,6 +102,7 @@ std::optional<FactorRule> fromShardingInterface(Operation *op,
     rule.factorKinds.push_back(isSum ? FactorRule::Kind::SumReduction
                                      : FactorRule::Kind::OtherReduction);
   }
+  SmallVector<unsigned> blocked;
   auto addValue = [&](Value value, AffineMap map) -> bool {
     auto type = dyn_cast<RankedTensorType>(value.getType());
     if (!type)
@@ -121,6 +122,13 @@ std::optional<FactorRule> fromShardingInterface(Operation *op,
     for (auto [index, expr] : llvm::enumerate(map.getResults())) {
       auto dimExpr = dyn_cast<AffineDimExpr>(expr);
       if (!dimExpr) {
+        // A compound index (a window's o * stride + w) is whole, and so are
+        // its loops: a tile's loop counts from its own zero, so reading a
+        // whole value at o + w from a split o would read the wrong place.
+        expr.walk([&](AffineExpr part) {
+          if (auto loop = dyn_cast<AffineDimExpr>(part))
+            blocked.push_back(loop.getPosition());
+        });
         dims.push_back({});
         continue;
       }
@@ -141,6 +149,9 @@ std::optional<FactorRule> fromShardingInterface(Operation *op,
   for (auto [index, result] : llvm::enumerate(op->getResults()))
     if (!addValue(result, maps[op->getNumOperands() + index]))
       return std::nullopt;
+  // legalizeFactorAxes keeps OtherReduction factors whole, and so these.
+  for (unsigned factor : blocked)
+    rule.factorKinds[factor] = FactorRule::Kind::OtherReduction;
   return rule;
 }
 
