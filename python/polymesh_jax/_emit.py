@@ -631,7 +631,7 @@ def _comparison(op: ir.Operation, lhs: str, rhs: str, type_text: str) -> str:
     t = TensorType(str(op.operands[0].type))
     if t.is_float:
         if kind == "TOTALORDER":
-            raise UnmappedOpError(op.name, describe_location(op.location, op), "a total-order float comparison")
+            raise ExportError("internal error: a total-order comparison goes through _total_order")
         return f"arith.cmpf {_CMP_FLOAT[direction]}, {lhs}, {rhs} : {type_text}"
     if t.is_int:
         table = _CMP_UNSIGNED if (kind == "UNSIGNED" or t.elem == "i1") else _CMP_SIGNED
@@ -639,9 +639,43 @@ def _comparison(op: ir.Operation, lhs: str, rhs: str, type_text: str) -> str:
     raise UnmappedOpError(op.name, describe_location(op.location, op), f"on {t.elem}")
 
 
+def _is_total_order(op: ir.Operation) -> bool:
+    return ("compare_type" in op.attributes and "TOTALORDER" in str(op.attributes["compare_type"])
+            and TensorType(str(op.operands[0].type)).is_float)
+
+
+def _total_order(define: Callable[[str], str], op: ir.Operation, lhs: str, rhs: str, type_text: str) -> str:
+    """A TOTALORDER float comparison (what JAX's sort writes): -NaN < -inf
+    < ... < -0 < +0 < ... < +inf < +NaN. The bits as a signed integer, with
+    all but the sign flipped where the sign is set, order the same way."""
+    direction = re.search(r"comparison_direction\s+(\w+)", str(op.attributes["comparison_direction"])).group(1)
+    return _total_order_compare(define, direction, TensorType(str(op.operands[0].type)).elem, lhs, rhs, type_text)
+
+
+def _total_order_compare(define: Callable[[str], str], direction: str, elem: str, lhs: str, rhs: str,
+                         type_text: str) -> str:
+    width = _bitwidth(elem)
+    shape_text = type_text[:-len(elem) - 1] if type_text.startswith("tensor<") else None
+    int_type = f"{shape_text}i{width}>" if shape_text else f"i{width}"
+
+    def constant(value: int) -> str:
+        return define(f"arith.constant dense<{value}> : {int_type}" if shape_text else f"arith.constant {value} : {int_type}")
+
+    sign_shift, one = constant(width - 1), constant(1)
+    keys = []
+    for value in (lhs, rhs):
+        bits = define(f"arith.bitcast {value} : {type_text} to {int_type}")
+        sign = define(f"arith.shrsi {bits}, {sign_shift} : {int_type}")
+        low = define(f"arith.shrui {sign}, {one} : {int_type}")
+        keys.append(define(f"arith.xori {bits}, {low} : {int_type}"))
+    return define(f"arith.cmpi {_CMP_SIGNED[direction]}, {keys[0]}, {keys[1]} : {int_type}")
+
+
 @handles("stablehlo.compare")
 def _compare(e: FunctionEmitter, op: ir.Operation):
     lhs, rhs = (e.value(v) for v in op.operands)
+    if _is_total_order(op):
+        return [_total_order(e.define, op, lhs, rhs, str(op.operands[0].type))]
     name = e.fresh()
     e.emit(f"{name} = {_comparison(op, lhs, rhs, str(op.operands[0].type))}")
     return [name]
@@ -1050,7 +1084,7 @@ def _reduce(e: FunctionEmitter, op: ir.Operation):
     return [name]
 
 
-def _scalar_body(block: ir.Block, names: dict, where: str) -> tuple[list[str], list[str]]:
+def _scalar_body(block: ir.Block, names: dict, where: str, prefix: str = "%s") -> tuple[list[str], list[str]]:
     """A reduction body on 0-d tensors as scalar `arith` statements, the
     block's arguments named by `names`; returns the statements and the
     names of the returned scalars. Compares, selects, the binary ops and
@@ -1062,7 +1096,12 @@ def _scalar_body(block: ir.Block, names: dict, where: str) -> tuple[list[str], l
     def fresh() -> str:
         nonlocal counter
         counter += 1
-        return f"%s{counter}"
+        return f"{prefix}{counter}"
+
+    def define(text: str) -> str:
+        name = fresh()
+        lines.append(f"{name} = {text}")
+        return name
 
     for operation in block.operations:
         op = operation.operation
@@ -1070,12 +1109,19 @@ def _scalar_body(block: ir.Block, names: dict, where: str) -> tuple[list[str], l
             return lines, [names[v] for v in op.operands]
         if any(TensorType(str(v.type)).rank for v in list(op.operands) + list(op.results)):
             raise UnmappedOpError(op.name, where, "a reduction body op on a tensor of rank > 0")
+        if op.name in ("sdy.sharding_constraint", "sdy.reshard"):
+            # Explicit axes pin the body's scalars to the mesh: a no-op.
+            names[op.results[0]] = names[op.operands[0]]
+            continue
         t = TensorType(str(op.results[0].type))
         out = fresh()
         args = [names[v] for v in op.operands]
         if op.name == "stablehlo.constant":
             value = FunctionEmitter.splat_value(str(op.attributes["value"]))
             lines.append(f"{out} = arith.constant {value}" + ("" if t.elem == "i1" else f" : {t.elem}"))
+        elif op.name == "stablehlo.compare" and _is_total_order(op):
+            elem = TensorType(str(op.operands[0].type)).elem
+            out = _total_order(define, op, args[0], args[1], elem)
         elif op.name == "stablehlo.compare":
             elem = TensorType(str(op.operands[0].type)).elem
             lines.append(f"{out} = {_comparison(op, args[0], args[1], elem)}")
@@ -1332,15 +1378,54 @@ def _sign(e: FunctionEmitter, op: ir.Operation):
     return [name]
 
 
-def _gather_numbers(op: ir.Operation) -> dict:
-    text = str(op.attributes["dimension_numbers"])
+_GATHER_KEYS = ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims",
+                "start_index_map")
+_SCATTER_KEYS = ("update_window_dims", "inserted_window_dims", "input_batching_dims",
+                 "scatter_indices_batching_dims", "scatter_dims_to_operand_dims")
+
+
+def _gather_numbers(op: ir.Operation, keys: Sequence[str] = _GATHER_KEYS, attribute: str = "dimension_numbers") -> dict:
+    text = str(op.attributes[attribute])
     numbers = {}
-    for key in ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims",
-                "start_index_map"):
+    for key in keys:
         match = re.search(key + r" = \[([^\]]*)\]", text)
         numbers[key] = [int(v) for v in match.group(1).split(",") if v.strip()] if match else []
-    numbers["index_vector_dim"] = int(re.search(r"index_vector_dim = (\d+)", text).group(1))
+    # Printed only where it is not 0.
+    match = re.search(r"index_vector_dim = (\d+)", text)
+    numbers["index_vector_dim"] = int(match.group(1)) if match else 0
     return numbers
+
+
+def _index_components(e: FunctionEmitter, indices_value: ir.Value, ivd: int) -> tuple[list[str], str]:
+    """A gather's or scatter's start indices as one tensor per index vector
+    component, each over the indices' other dimensions in order (the
+    unit dimension dropped): inputs of a linalg.generic, so that they keep
+    their sharding along those dimensions. Returns them and their type."""
+    indices = TensorType(str(indices_value.type))
+    index_dims = [d for d in range(indices.rank) if d != ivd]
+    components = indices.shape[ivd] if ivd < indices.rank else 1
+    elem = indices.elem
+    batch_type = tensor_type([indices.shape[d] for d in index_dims], elem)
+    x = e.value(indices_value)
+    if ivd == indices.rank:
+        return [x], batch_type
+    inputs = []
+    one = [1 if d == ivd else n for d, n in enumerate(indices.shape)]
+    # Drop the unit dimension: it joins its neighbour's group.
+    groups = [[d] for d in index_dims]
+    if groups and ivd > 0:
+        groups[ivd - 1].append(ivd)
+    elif groups:
+        groups[0].insert(0, ivd)
+    for k in range(components):
+        offsets = [k if d == ivd else 0 for d in range(indices.rank)]
+        sliced = e.define(f"tensor.extract_slice {x}[{', '.join(map(str, offsets))}] "
+                          f"[{', '.join(map(str, one))}] [{', '.join('1' for _ in one)}] : {indices} to "
+                          f"{tensor_type(one, elem)}")
+        inputs.append(e.define(
+            f"tensor.collapse_shape {sliced} [{', '.join('[' + ', '.join(map(str, g)) + ']' for g in groups)}]"
+            f" : {tensor_type(one, elem)} into {batch_type}"))
+    return inputs, batch_type
 
 
 @handles("stablehlo.gather")
@@ -1369,29 +1454,7 @@ def _gather(e: FunctionEmitter, op: ir.Operation):
     index_dims = [d for d in range(indices.rank) if d != ivd]
     components = indices.shape[ivd] if ivd < indices.rank else 1
     elem = indices.elem
-    batch_shape = [indices.shape[d] for d in index_dims]
-    batch_type = tensor_type(batch_shape, elem)
-    x = e.value(indices_value)
-    inputs = []
-    for k in range(components):
-        if ivd == indices.rank:
-            inputs.append(x)
-            continue
-        offsets = [k if d == ivd else 0 for d in range(indices.rank)]
-        one = [1 if d == ivd else n for d, n in enumerate(indices.shape)]
-        sliced = e.fresh()
-        e.emit(f"{sliced} = tensor.extract_slice {x}[{', '.join(map(str, offsets))}] "
-               f"[{', '.join(map(str, one))}] [{', '.join('1' for _ in one)}] : {indices} to {tensor_type(one, elem)}")
-        # Drop the unit dimension: it joins its neighbour's group.
-        groups = [[d] for d in range(indices.rank) if d != ivd]
-        if groups and ivd > 0:
-            groups[ivd - 1].append(ivd)
-        elif groups:
-            groups[0].insert(0, ivd)
-        collapsed = e.fresh()
-        e.emit(f"{collapsed} = tensor.collapse_shape {sliced} [{', '.join('[' + ', '.join(map(str, g)) + ']' for g in groups)}]"
-               f" : {tensor_type(one, elem)} into {batch_type}")
-        inputs.append(collapsed)
+    inputs, batch_type = _index_components(e, indices_value, ivd)
     loops = ", ".join(f"d{i}" for i in range(out.rank))
     batch_map = f"affine_map<({loops}) -> ({', '.join(f'd{d}' for d in batch_out)})>"
     out_map = f"affine_map<({loops}) -> ({loops})>"
@@ -1438,6 +1501,387 @@ def _gather(e: FunctionEmitter, op: ir.Operation):
     for line in body:
         e.cont(line)
     e.cont(f"}} -> {out}")
+    return [name]
+
+
+# The identity of a scatter's combiner where its contributions are summed
+# apart from the operand: -0.0 is the one float x with x + -0.0 == x for
+# every x (+0.0 turns -0.0 into +0.0).
+_ADD_IDENTITY = {"f32": "-0.0", "f64": "-0.0", "f16": "-0.0", "bf16": "-0.0"}
+
+
+def _update_kind(op: ir.Operation, where: str) -> str:
+    """What a scatter's update_computation does with (current, update):
+    "set" when it returns the update, else the StableHLO combiner's name."""
+    block = op.regions[0].blocks[0]
+    current, update = list(block.arguments)
+    body = [o.operation for o in block.operations]
+    if len(body) == 1 and list(body[0].operands) == [update]:
+        return "set"
+    if (len(body) == 2 and body[0].name in _COMBINERS and body[1].name == "stablehlo.return"
+            and set(body[0].operands) == {current, update} and list(body[1].operands) == [body[0].results[0]]):
+        return body[0].name
+    raise UnmappedOpError(op.name, where, "an update computation other than set or one add/mul/max/min/and/or")
+
+
+@handles("stablehlo.scatter")
+def _scatter(e: FunctionEmitter, op: ir.Operation):
+    """A `linalg.generic` over the operand's dimensions (parallel) and the
+    updates' scatter dimensions (reductions, but those tied to an operand
+    batching dimension): each point of the result takes the updates whose
+    window covers it. Index components are inputs read at the scatter
+    dimensions; updates are an input too where every window dimension
+    spans its operand dimension (x.at[i].set(v), an embedding's gradient),
+    else read from above. An add is summed from -0.0 and then added to the
+    operand, so that a split scatter dimension is an ordinary partial sum;
+    set and the other combiners start from the operand and keep the scatter
+    dimensions whole (docs/jax.md)."""
+    where = describe_location(op.location, op)
+    if len(op.operands) != 3:
+        raise UnmappedOpError(op.name, where, "a scatter of several operands")
+    operand_value, indices_value, updates_value = op.operands
+    operand = TensorType(str(operand_value.type))
+    indices = TensorType(str(indices_value.type))
+    updates = TensorType(str(updates_value.type))
+    if not indices.is_int or indices.elem == "i1":
+        raise UnmappedOpError(op.name, where, f"indices of {indices.elem}")
+    kind = _update_kind(op, where)
+    combiner = None if kind == "set" else _pick(_COMBINERS[kind], operand, op)
+    numbers = _gather_numbers(op, _SCATTER_KEYS, "scatter_dimension_numbers")
+    ivd = numbers["index_vector_dim"]
+    window_dims = numbers["update_window_dims"]
+    scattered = numbers["scatter_dims_to_operand_dims"]
+    batching = numbers["input_batching_dims"]
+    window_operand_dims = [d for d in range(operand.rank)
+                           if d not in numbers["inserted_window_dims"] and d not in batching]
+    update_scatter_dims = [d for d in range(updates.rank) if d not in window_dims]
+    index_dims = [d for d in range(indices.rank) if d != ivd]
+    window_size = {d: updates.shape[window_dims[i]] for i, d in enumerate(window_operand_dims)}
+    # Loops: the operand's dimensions, then one reduction per scatter
+    # dimension of the indices that is not a batching dimension (those
+    # run with the operand's batching dimension).
+    loop_of_index_dim, reductions = {}, []
+    for j in index_dims:
+        if j in numbers["scatter_indices_batching_dims"]:
+            loop_of_index_dim[j] = batching[numbers["scatter_indices_batching_dims"].index(j)]
+        else:
+            loop_of_index_dim[j] = operand.rank + len(reductions)
+            reductions.append(indices.shape[j])
+    loops = [f"d{i}" for i in range(operand.rank + len(reductions))]
+    index_map = f"affine_map<({', '.join(loops)}) -> ({', '.join(f'd{loop_of_index_dim[j]}' for j in index_dims)})>"
+    out_map = f"affine_map<({', '.join(loops)}) -> ({', '.join(loops[:operand.rank])})>"
+    components, batch_type = _index_components(e, indices_value, ivd)
+    # Updates as an input: their window dimensions run with the operand's.
+    updates_affine = all(window_size[d] == operand.shape[d] for d in window_operand_dims)
+    update_loops = []
+    for u in range(updates.rank):
+        if u in window_dims:
+            update_loops.append(f"d{window_operand_dims[window_dims.index(u)]}")
+        else:
+            update_loops.append(f"d{loop_of_index_dim[index_dims[update_scatter_dims.index(u)]]}")
+    update_map = f"affine_map<({', '.join(loops)}) -> ({', '.join(update_loops)})>"
+    cast = "arith.index_castui" if indices.is_unsigned else "arith.index_cast"
+    elem = operand.elem
+    identity = None
+    if kind == "stablehlo.add":
+        identity = _ADD_IDENTITY.get(elem, "false" if elem == "i1" else "0")
+    arguments = [f"%s{k}: {indices.elem}" for k in range(len(components))]
+    if updates_affine:
+        arguments.append(f"%u: {elem}")
+    arguments.append(f"%acc: {elem}")
+    body = [f"^bb0({', '.join(arguments)}):", "  %zero = arith.constant 0 : index",
+            "  %true = arith.constant true"]
+    hit = "%true"
+    starts = {}
+    for k, d in enumerate(scattered):
+        size = window_size.get(d, 1)
+        body += [f"  %start{d} = {cast} %s{k} : {indices.elem} to index",
+                 f"  %p{d} = linalg.index {d} : index",
+                 f"  %last{d} = arith.constant {operand.shape[d] - size} : index",
+                 f"  %ge{d} = arith.cmpi sge, %start{d}, %zero : index",
+                 f"  %le{d} = arith.cmpi sle, %start{d}, %last{d} : index",
+                 f"  %w{d} = arith.subi %p{d}, %start{d} : index",
+                 f"  %size{d} = arith.constant {size} : index",
+                 f"  %wlo{d} = arith.cmpi sge, %w{d}, %zero : index",
+                 f"  %whi{d} = arith.cmpi slt, %w{d}, %size{d} : index",
+                 f"  %in{d}a = arith.andi %ge{d}, %le{d} : i1",
+                 f"  %in{d}b = arith.andi %wlo{d}, %whi{d} : i1",
+                 f"  %in{d}c = arith.andi %in{d}a, %in{d}b : i1",
+                 f"  %hit{d} = arith.andi {hit}, %in{d}c : i1"]
+        hit = f"%hit{d}"
+        starts[d] = f"%w{d}"
+    if updates_affine:
+        value = "%u"
+    else:
+        # Read the update from above at the window position, clamped into
+        # the updates where this point takes none.
+        table = e.value(updates_value)
+        coordinates = []
+        for u in range(updates.rank):
+            if u not in window_dims:
+                loop = loop_of_index_dim[index_dims[update_scatter_dims.index(u)]]
+                body.append(f"  %q{u} = linalg.index {loop} : index")
+                coordinates.append(f"%q{u}")
+                continue
+            d = window_operand_dims[window_dims.index(u)]
+            if d in starts:
+                position = starts[d]
+            else:
+                body.append(f"  %p{d} = linalg.index {d} : index")
+                body += [f"  %size{d} = arith.constant {window_size[d]} : index",
+                         f"  %inside{d} = arith.cmpi slt, %p{d}, %size{d} : index",
+                         f"  %hit{d} = arith.andi {hit}, %inside{d} : i1"]
+                hit = f"%hit{d}"
+                position = f"%p{d}"
+            body += [f"  %top{u} = arith.constant {updates.shape[u] - 1} : index",
+                     f"  %lo{u} = arith.maxsi {position}, %zero : index",
+                     f"  %q{u} = arith.minsi %lo{u}, %top{u} : index"]
+            coordinates.append(f"%q{u}")
+        body.append(f"  %v = tensor.extract {table}[{', '.join(coordinates)}] : {updates}")
+        value = "%v"
+    if identity is not None:
+        body += [f"  %identity = arith.constant {identity} : {elem}",
+                 f"  %taken = arith.select {hit}, {value}, %identity : {elem}",
+                 f"  %r = {combiner} %acc, %taken : {elem}"]
+    elif combiner is None:
+        body.append(f"  %r = arith.select {hit}, {value}, %acc : {elem}")
+    else:
+        body += [f"  %c = {combiner} %acc, {value} : {elem}",
+                 f"  %r = arith.select {hit}, %c, %acc : {elem}"]
+    body.append(f"  linalg.yield %r : {elem}")
+    x = e.value(operand_value)
+    init = e.filled(str(operand), e.scalar_constant(identity, elem), elem) if identity is not None else x
+    inputs = list(components) + ([e.value(updates_value)] if updates_affine else [])
+    types = [batch_type] * len(components) + ([str(updates)] if updates_affine else [])
+    maps = [index_map] * len(components) + ([update_map] if updates_affine else []) + [out_map]
+    iterators = ['"parallel"'] * operand.rank + ['"reduction"'] * len(reductions)
+    name = e.fresh()
+    e.emit(f"{name} = linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = [{', '.join(iterators)}]}} "
+           f"ins({', '.join(inputs)} : {', '.join(types)}) outs({init} : {operand}) {{")
+    for line in body:
+        e.cont(line)
+    e.cont(f"}} -> {operand}")
+    if identity is None:
+        return [name]
+    return [e.define(f"{combiner} {x}, {name} : {operand}")]
+
+
+def _dense_ints(attr: ir.Attribute, count: int) -> list[int]:
+    """The integers of a dense elements attribute (`dense<[[1, 0]]> :
+    tensor<1x2xi64>`, or a splat), `count` of them."""
+    match = re.match(r"dense<(.*)>\s*:", str(attr), re.S)
+    values = [int(v) for v in re.findall(r"-?\d+", match.group(1))] if match else []
+    if len(values) == 1 and count > 1:
+        values *= count
+    if len(values) != count:
+        raise ExportError(f"internal error: expected {count} integers in {attr}")
+    return values
+
+
+def _sum_identity(elem: str) -> tuple[str, str]:
+    """The add that sums exactly one non-identity term among identities,
+    and that identity: -0.0 for floats (see _ADD_IDENTITY), 0, or false."""
+    if elem == "i1":
+        return "arith.ori", "false"
+    if elem in _ADD_IDENTITY:
+        return "arith.addf", _ADD_IDENTITY[elem]
+    return "arith.addi", "0"
+
+
+@handles("stablehlo.sort")
+def _sort(e: FunctionEmitter, op: ir.Operation):
+    """Two `linalg.generic`s (_emit_sort) with the comparator as scalar
+    code."""
+    where = describe_location(op.location, op)
+    types = [TensorType(str(v.type)) for v in op.operands]
+    dim = int(ir.IntegerAttr(op.attributes["dimension"]).value) % types[0].rank
+    block = op.regions[0].blocks[0]
+    arguments = list(block.arguments)
+
+    def less(lhs: list[str], rhs: list[str], prefix: str) -> tuple[list[str], str]:
+        names = {arguments[2 * k]: name for k, name in enumerate(lhs)}
+        names.update({arguments[2 * k + 1]: name for k, name in enumerate(rhs)})
+        lines, (result,) = _scalar_body(block, names, where, prefix)
+        return lines, result
+    return _emit_sort(e, [e.value(v) for v in op.operands], types, dim, less)
+
+
+@handles("chlo.top_k")
+def _top_k(e: FunctionEmitter, op: ir.Operation):
+    """The k largest along the last dimension, largest first, and their
+    positions (the first position among equal values first): a stable
+    sort by a total order, descending, of the values and an iota, then
+    the first k."""
+    where = describe_location(op.location, op)
+    xt = TensorType(str(op.operands[0].type))
+    values_type, indices_type = (TensorType(str(r.type)) for r in op.results)
+    if not (xt.is_float or xt.is_int):
+        raise UnmappedOpError(op.name, where, f"on {xt.elem}")
+    dim = xt.rank - 1
+    iota_type = TensorType(tensor_type(xt.shape, indices_type.elem))
+    iota = e.define(f"tensor.empty() : {iota_type}")
+    positions = e.fresh()
+    loops = ", ".join(f"d{i}" for i in range(xt.rank))
+    parallel = ", ".join(['"parallel"'] * xt.rank)
+    e.emit(f"{positions} = linalg.generic {{indexing_maps = [affine_map<({loops}) -> ({loops})>], "
+           f"iterator_types = [{parallel}]}} outs({iota} : {iota_type}) {{")
+    e.cont(f"^bb0(%out: {indices_type.elem}):")
+    e.cont(f"  %i = linalg.index {dim} : index")
+    e.cont(f"  %p = arith.index_cast %i : index to {indices_type.elem}")
+    e.cont(f"  linalg.yield %p : {indices_type.elem}")
+    e.cont(f"}} -> {iota_type}")
+
+    def greater(lhs: list[str], rhs: list[str], prefix: str) -> tuple[list[str], str]:
+        lines: list[str] = []
+
+        def define(text: str) -> str:
+            name = f"{prefix}{len(lines)}"
+            lines.append(f"{name} = {text}")
+            return name
+        if xt.is_float:
+            result = _total_order_compare(define, "GT", xt.elem, lhs[0], rhs[0], xt.elem)
+        else:
+            result = define(f"arith.cmpi {'ugt' if xt.is_unsigned else 'sgt'}, {lhs[0]}, {rhs[0]} : {xt.elem}")
+        return lines, result
+    values, indices = _emit_sort(e, [e.value(op.operands[0]), positions], [xt, iota_type], dim, greater)
+    k = values_type.shape[-1]
+    out = []
+    for name, t, rt in ((values, xt, values_type), (indices, iota_type, indices_type)):
+        out.append(e.define(f"tensor.extract_slice {name}[{', '.join('0' for _ in t.shape)}] "
+                            f"[{', '.join(str(d) for d in t.shape[:-1] + (k,))}] [{', '.join('1' for _ in t.shape)}] "
+                            f": {t} to {rt}"))
+    return out
+
+
+def _emit_sort(e: FunctionEmitter, xs: list[str], types: list[TensorType], dim: int,
+               less: Callable[[list[str], list[str], str], tuple[list[str], str]]) -> list[str]:
+    """Two `linalg.generic`s. The first counts, for every element, the
+    elements of its row that sort before it (`less(lhs, rhs, prefix)`: the
+    comparator as scalar statements and its i1 result; ties by position,
+    so the order is stable): its rank, a sum over the row. The second
+    moves each element to its rank: a sum over the row in which exactly
+    one term is not the identity, so it is exact. Both keep the sharding of
+    every dimension but the sorted one (docs/jax.md); O(n^2) in the row
+    length n."""
+    shape = types[0].shape
+    rank = len(shape)
+    n = len(xs)
+    others, owns = [f"%o{k}" for k in range(n)], [f"%t{k}" for k in range(n)]
+    less_lines, less_result = less(others, owns, "%a")
+    greater_lines, greater_result = less(owns, others, "%b")
+    loops = [f"d{i}" for i in range(rank + 1)]
+    own = [f"d{i}" for i in range(rank)]
+    other = [f"d{rank}" if i == dim else f"d{i}" for i in range(rank)]
+    affine = lambda results: f"affine_map<({', '.join(loops)}) -> ({', '.join(results)})>"  # noqa: E731
+    ranks_type = tensor_type(shape, "i64")
+    ranks_init = e.filled(ranks_type, e.scalar_constant("0", "i64"), "i64")
+    iterators = ", ".join(['"parallel"'] * rank + ['"reduction"'])
+    ranks = e.fresh()
+    e.emit(f"{ranks} = linalg.generic {{indexing_maps = [{', '.join([affine(other)] * n + [affine(own)] * n + [affine(own)])}], "
+           f"iterator_types = [{iterators}]}} ins({', '.join(xs + xs)} : {', '.join(str(t) for t in types + types)}) "
+           f"outs({ranks_init} : {ranks_type}) {{")
+    e.cont(f"^bb0({', '.join([f'%o{k}: {t.elem}' for k, t in enumerate(types)] + [f'%t{k}: {t.elem}' for k, t in enumerate(types)])}, %acc: i64):")
+    for line in less_lines + greater_lines:
+        e.cont(f"  {line}")
+    for line in ("%true = arith.constant true", f"%m = linalg.index {rank} : index", f"%j = linalg.index {dim} : index",
+                 "%before = arith.cmpi slt, %m, %j : index", f"%not_less = arith.xori {less_result}, %true : i1",
+                 f"%not_greater = arith.xori {greater_result}, %true : i1", "%tie = arith.andi %not_less, %not_greater : i1",
+                 "%tie_before = arith.andi %tie, %before : i1", f"%counts = arith.ori {less_result}, %tie_before : i1",
+                 "%count = arith.extui %counts : i1 to i64", "%r = arith.addi %acc, %count : i64", "linalg.yield %r : i64"):
+        e.cont(f"  {line}")
+    e.cont(f"}} -> {ranks_type}")
+    inits, adds = [], []
+    for t in types:
+        add, identity = _sum_identity(t.elem)
+        adds.append((add, identity))
+        inits.append(e.filled(str(t), e.scalar_constant(identity, t.elem), t.elem))
+    name = e.fresh()
+    e.emit(f"{name}:{n} = linalg.generic {{indexing_maps = [{', '.join([affine(other)] * (n + 1) + [affine(own)] * n)}], "
+           f"iterator_types = [{iterators}]}} ins({', '.join([ranks] + xs)} : {', '.join([ranks_type] + [str(t) for t in types])}) "
+           f"outs({', '.join(inits)} : {', '.join(str(t) for t in types)}) {{")
+    e.cont(f"^bb0(%rank: i64, {', '.join(f'%x{k}: {t.elem}' for k, t in enumerate(types))}, "
+           f"{', '.join(f'%acc{k}: {t.elem}' for k, t in enumerate(types))}):")
+    e.cont(f"  %i = linalg.index {dim} : index")
+    e.cont("  %position = arith.index_cast %i : index to i64")
+    e.cont("  %hit = arith.cmpi eq, %rank, %position : i64")
+    for k, (t, (add, identity)) in enumerate(zip(types, adds)):
+        e.cont(f"  %identity{k} = arith.constant {identity}" + ("" if t.elem == "i1" else f" : {t.elem}"))
+        e.cont(f"  %taken{k} = arith.select %hit, %x{k}, %identity{k} : {t.elem}")
+        e.cont(f"  %r{k} = {add} %acc{k}, %taken{k} : {t.elem}")
+    e.cont(f"  linalg.yield {', '.join(f'%r{k}' for k in range(n))} : {', '.join(t.elem for t in types)}")
+    e.cont(f"}} -> ({', '.join(str(t) for t in types)})")
+    return [f"{name}#{k}" for k in range(n)]
+
+
+@handles("stablehlo.reduce_window")
+def _reduce_window(e: FunctionEmitter, op: ir.Operation):
+    """Padding (by the init value) as tensor.pad, then a `linalg.generic`
+    over the result and the window: the input is read at o * stride +
+    w * dilation. Dimensions whose window is 1 with stride 1 keep their
+    sharding; a windowed or strided dimension is whole (propagation blocks
+    a loop that indexes through a compound expression)."""
+    where = describe_location(op.location, op)
+    if len(op.operands) != 2:
+        raise UnmappedOpError(op.name, where, "a reduce_window of several inputs")
+    x_value, init_value = op.operands
+    xt = TensorType(str(x_value.type))
+    ot = TensorType(str(op.results[0].type))
+    rank = xt.rank
+    window = _i64s(op.attributes["window_dimensions"])
+    ones = [1] * rank
+    strides = _i64s(op.attributes["window_strides"]) if "window_strides" in op.attributes else ones
+    base = _i64s(op.attributes["base_dilations"]) if "base_dilations" in op.attributes else ones
+    dilations = _i64s(op.attributes["window_dilations"]) if "window_dilations" in op.attributes else ones
+    padding = _dense_ints(op.attributes["padding"], 2 * rank) if "padding" in op.attributes else [0] * (2 * rank)
+    if any(b != 1 for b in base):
+        raise UnmappedOpError(op.name, where, "base dilations (a transposed convolution's window)")
+    if any(p < 0 for p in padding):
+        raise UnmappedOpError(op.name, where, "negative padding")
+    body = [o.operation for o in op.regions[0].blocks[0].operations]
+    block_args = list(op.regions[0].blocks[0].arguments)
+    if (len(body) != 2 or body[0].name not in _COMBINERS or body[1].name != "stablehlo.return"
+            or set(body[0].operands) != set(block_args) or list(body[1].operands) != [body[0].results[0]]):
+        raise UnmappedOpError(op.name, where, "a window body other than one add/mul/max/min/and/or")
+    combiner = _pick(_COMBINERS[body[0].name], xt, op)
+    init = _scalar_of(e, init_value, ot.elem)
+    x = e.value(x_value)
+    low, high = padding[0::2], padding[1::2]
+    padded_shape = [d + lo + hi for d, lo, hi in zip(xt.shape, low, high)]
+    if any(padding):
+        padded = e.fresh()
+        e.emit(f"{padded} = tensor.pad {x} low[{', '.join(map(str, low))}] high[{', '.join(map(str, high))}] {{")
+        e.cont(f"^bb0({', '.join(f'%i{d}: index' for d in range(rank))}):")
+        e.cont(f"  tensor.yield {init} : {xt.elem}")
+        e.cont(f"}} : {xt} to {xt.with_shape(padded_shape)}")
+        x = padded
+    windowed = [d for d in range(rank) if window[d] > 1]
+    loops = [f"d{i}" for i in range(rank + len(windowed))]
+    reads = []
+    for d in range(rank):
+        expr = f"d{d}" if strides[d] == 1 else f"d{d} * {strides[d]}"
+        if d in windowed:
+            w = f"d{rank + windowed.index(d)}"
+            expr += f" + {w}" if dilations[d] == 1 else f" + {w} * {dilations[d]}"
+        reads.append(expr)
+    in_map = f"affine_map<({', '.join(loops)}) -> ({', '.join(reads)})>"
+    out_map = f"affine_map<({', '.join(loops)}) -> ({', '.join(loops[:rank])})>"
+    acc = e.filled(str(ot), init, ot.elem)
+    iterators = ", ".join(['"parallel"'] * rank + ['"reduction"'] * len(windowed))
+    name = e.fresh()
+    # The window loops' extents come from a shape-only operand: a linalg
+    # loop's bounds must be read off some operand's dimension.
+    window_shape = tensor_type([window[d] for d in windowed], "i1")
+    extents = e.empty(window_shape) if windowed else None
+    window_map = f"affine_map<({', '.join(loops)}) -> ({', '.join(loops[rank:])})>"
+    ins = f"ins({x}, {extents} : {xt.with_shape(padded_shape)}, {window_shape})" if windowed else \
+        f"ins({x} : {xt.with_shape(padded_shape)})"
+    maps = [in_map] + ([window_map] if windowed else []) + [out_map]
+    e.emit(f"{name} = linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = [{iterators}]}} "
+           f"{ins} outs({acc} : {ot}) {{")
+    e.cont(f"^bb0(%in: {xt.elem}, " + ("%unused: i1, " if windowed else "") + f"%init: {ot.elem}):")
+    e.cont(f"  %r = {combiner} %in, %init : {ot.elem}")
+    e.cont(f"  linalg.yield %r : {ot.elem}")
+    e.cont(f"}} -> {ot}")
     return [name]
 
 

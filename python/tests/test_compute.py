@@ -121,6 +121,29 @@ CASES = {
                                          jnp.take(table, ids * 1000, axis=0, mode="clip")),
                (f32(50, 16, spec=(None, "model")), f32(4, 5, spec=("data",), dtype=jnp.int32),
                 f32(4, 8, spec=("data",)), f32(3, dtype=jnp.int32))),
+    # Scatters: x.at[i].set/add/max/mul along a split and an unsplit axis,
+    # an embedding's gradient (rows added at token ids, duplicates summed),
+    # a batched scatter (vmap of .at[]), a window narrower than its
+    # dimension (x.at[i, 2:5].set) and ids out of range (dropped).
+    "scatter": (lambda x, ids, g, i: (x.at[3].set(g[0, :8]), x.at[:, 5].add(g[:4, 0]),
+                                      jnp.zeros((50, 8)).at[ids].add(g[:4 * 5].reshape(4, 5, 8)),
+                                      x.at[i % 4].max(g[:3, :8]), x.at[1, 2:5].set(g[1, :3]),
+                                      x.at[i * 100].set(g[:3, :8]), x.at[2].multiply(2.0),
+                                      jax.vmap(lambda row, j: row.at[j].add(1.0))(x, jnp.abs(ids[:, 0]) % 8)),
+                (f32(4, 8, spec=("data", "model")), f32(4, 5, spec=("data",), dtype=jnp.int32),
+                 f32(24, 8, spec=(None, "model")), f32(3, dtype=jnp.int32))),
+    # Sorts: values along a split axis and along the other, argsort (two
+    # operands, stable), descending, integers, ties.
+    "sort": (lambda x, i: (jnp.sort(x, axis=1), jnp.sort(x, axis=0), jnp.argsort(x, axis=1),
+                           -jnp.sort(-x, axis=1), jnp.sort(i), jnp.argsort(jnp.floor(x / 4), axis=1),
+                           *jax.lax.top_k(jnp.floor(x / 2), 3), *jax.lax.top_k(i.reshape(2, 8), 5)),
+             (f32(4, 8, spec=("data", "model")), f32(16, dtype=jnp.int32))),
+    # Windows: cumsum/cumprod/cummax (reduce_window with a padded window),
+    # max and average pooling with strides.
+    "reduce_window": (lambda x, i: (jnp.cumsum(x, axis=1), jnp.cumsum(i), jax.lax.cummax(x, axis=0),
+                                    jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2), (1, 2), "VALID"),
+                                    jax.lax.reduce_window(x, 0.0, jax.lax.add, (2, 3), (1, 1), "SAME") / 6),
+                      (f32(4, 8, spec=("data", "model")), f32(16, dtype=jnp.int32))),
     "softmax_layernorm": (lambda x, w: (jax.nn.softmax(x @ w, axis=-1),
                                         (x - x.mean(-1, keepdims=True)) * jax.lax.rsqrt(x.var(-1, keepdims=True) + 1e-5)),
                           (f32(4, 16, spec=("data",)), f32(16, 8, spec=(None, "model")))),
@@ -134,14 +157,14 @@ def test_op_mapping_matches_jax(case):
 
 
 def test_unmapped_op_names_the_op_and_the_line():
-    def ranked(x):
-        return jnp.sort(x * 2)
+    def rounded(x):
+        return jax.lax.reduce_precision(x * 2, exponent_bits=5, mantissa_bits=10)
 
     with pytest.raises(pj.UnmappedOpError) as info:
-        pj.export(ranked, f32(4))
-    assert info.value.op_name == "stablehlo.sort"
+        pj.export(rounded, f32(4))
+    assert info.value.op_name == "stablehlo.reduce_precision"
     assert "test_compute.py" in info.value.location
-    assert "'stablehlo.sort' is not mapped to Polymesh IR" in str(info.value)
+    assert "'stablehlo.reduce_precision' is not mapped to Polymesh IR" in str(info.value)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -70,7 +70,7 @@ def test_resolve_out_shardings_takes_unmapped():
     x = jax.device_put(jnp.zeros((8, 4)), NamedSharding(mesh, P("data")))
 
     def f(x):
-        return jnp.cumsum(x, axis=1)  # reduce_window: not mapped
+        return jax.lax.reduce_precision(x, exponent_bits=5, mantissa_bits=10)  # not mapped
 
     with pytest.raises(pj.UnmappedOpError):
         pj.resolve_out_shardings(f, x)
