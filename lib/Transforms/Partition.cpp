@@ -19,6 +19,7 @@
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Transforms/ControlFlow.h"
 #include "polymesh/Transforms/Passes.h"
+#include "polymesh/Transforms/ShardingRules.h"
 #include "polymesh/Transforms/TensorLimits.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -124,6 +125,8 @@ private:
                                      IRMapping &mapping);
   LogicalResult checkDecisions(Operation &op);
   LogicalResult checkCaptured(Operation &op);
+  void localizeAlignedReads(Operation &op, Operation *copy, OpBuilder &builder,
+                            IRMapping &mapping);
   bool isWholeOn(const ValueInfo &info, const planner::TensorLayout *on) const;
   RankedTensorType localType(Value value, int64_t position) const;
   FlatSymbolRefAttr planFunction(TransferOp transfer);
@@ -582,6 +585,7 @@ LogicalResult FunctionPartitioner::partitionBlock(Block &source,
     copy->removeAttr(PolymeshDialect::kShardingAttrName);
     if (failed(globalizeIndices(op, copy, builder, position)))
       return failure();
+    localizeAlignedReads(op, copy, builder, mapping);
     for (OpResult result : copy->getResults()) {
       Value original = op.getResult(result.getResultNumber());
       if (isa<RankedTensorType>(original.getType()))
@@ -685,6 +689,34 @@ LogicalResult FunctionPartitioner::checkDecisions(Operation &op) {
   return success();
 }
 
+/// Reads of an aligned capture split along a dimension index it with the
+/// loop's local index (a fresh `linalg.index`, which globalizeIndices has
+/// not shifted): the device holds that dimension's tile of the loop's.
+void FunctionPartitioner::localizeAlignedReads(Operation &op, Operation *copy,
+                                               OpBuilder &builder,
+                                               IRMapping &mapping) {
+  for (const AlignedCapture &capture : getAlignedCaptures(&op)) {
+    auto it = infoOf.find(capture.value);
+    if (it == infoOf.end())
+      continue;
+    const ValueInfo &info = infos[it->second];
+    Value local = mapping.lookupOrDefault(capture.value);
+    copy->walk([&](tensor::ExtractOp extract) {
+      if (extract.getTensor() != local)
+        return;
+      for (auto [dim, loop] : llvm::enumerate(capture.loopOfDim)) {
+        if (loop < 0 || info.layout->numShards(dim) == 1)
+          continue;
+        OpBuilder::InsertionGuard guard(builder);
+        builder.setInsertionPoint(extract);
+        Value index =
+            linalg::IndexOp::create(builder, extract.getLoc(), loop);
+        extract.getIndicesMutable()[dim].assign(index);
+      }
+    });
+  }
+}
+
 /// Whether every device of `info`'s mesh holds the whole value (axes of
 /// size 1 split nothing), and, given `on`, whether `on`'s devices are all
 /// among them.
@@ -716,6 +748,9 @@ LogicalResult FunctionPartitioner::checkCaptured(Operation &op) {
       runs = &*infos[it->second].layout;
       break;
     }
+  SmallVector<AlignedCapture> aligned = getAlignedCaptures(&op);
+  ShardingAttr placed =
+      op.getNumResults() != 0 ? shardingOf(&op, 0) : ShardingAttr();
   LogicalResult result = success();
   visitUsedValuesDefinedAbove(op.getRegions(), [&](OpOperand *use) {
     auto it = infoOf.find(use->get());
@@ -725,6 +760,13 @@ LogicalResult FunctionPartitioner::checkCaptured(Operation &op) {
     ShardingAttr sharding = info.sharding;
     if (isWholeOn(info, runs))
       return;
+    // Split as the op's own loops, which read it at the local index
+    // (localizeAlignedReads).
+    for (const AlignedCapture &capture : aligned)
+      if (capture.value == use->get() && placed &&
+          isSameLayout(sharding,
+                       alignedSharding(&op, placed, capture.loopOfDim)))
+        return;
     result = use->getOwner()->emitError()
              << "cannot be partitioned: it reads a tensor from outside the "
                 "region of '"

@@ -19,6 +19,7 @@
 #include "polymesh/Transforms/ShardingRules.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
@@ -247,6 +248,9 @@ private:
       for (Value operand : op->getOperands())
         if (isTracked(operand))
           values.push_back(operand);
+      if (isa<linalg::GenericOp>(op))
+        for (AlignedCapture &capture : getAlignedCaptures(op))
+          values.push_back(capture.value);
       for (Value result : op->getResults())
         if (isTracked(result))
           values.push_back(result);
@@ -1130,13 +1134,21 @@ void FunctionPropagator::refineSlots() {
 
 /// An op's regions (a linalg body, say) run on every device of the op's
 /// mesh with global indices, so a tensor they read from above must be whole
-/// there: it is replicated on the op's mesh before the op. (Control flow
-/// regions are not such: their ops are placed like any other.)
+/// there: it is replicated on the op's mesh before the op. A dimension that
+/// a loop indexes directly (an aligned capture) is split as that loop is in
+/// the op's first result instead: each device reads its own tile at the
+/// local index. (Control flow regions are not such: their ops are placed
+/// like any other.)
 void FunctionPropagator::reshardCaptured(Operation *op) {
   ShardingAttr placed;
+  if (op->getNumResults() != 0 && isTracked(op->getResult(0)))
+    placed = lookup(op->getResult(0));
   for (Value result : op->getResults())
-    if (isTracked(result) && (placed = lookup(result)))
-      break;
+    if (!placed && isTracked(result))
+      placed = lookup(result);
+  SmallVector<AlignedCapture> aligned =
+      placed && isa<linalg::GenericOp>(op) ? getAlignedCaptures(op)
+                                           : SmallVector<AlignedCapture>();
   llvm::SmallMapVector<Value, SmallVector<OpOperand *>, 2> captured;
   visitUsedValuesDefinedAbove(op->getRegions(), [&](OpOperand *use) {
     if (isTracked(use->get()) && lookup(use->get()))
@@ -1148,6 +1160,10 @@ void FunctionPropagator::reshardCaptured(Operation *op) {
     ShardingAttr whole = ShardingAttr::getReplicated(
         op->getContext(), placed ? placed.getMeshName() : current.getMeshName(),
         type.getRank());
+    const AlignedCapture *capture = llvm::find_if(
+        aligned, [&](const AlignedCapture &c) { return c.value == value; });
+    if (capture != aligned.end())
+      whole = alignedSharding(op, placed, capture->loopOfDim);
     if (isDeviceEquivalent(current, whole, type))
       continue;
     Value moved = insertReshardBefore(op, value, whole);
@@ -1433,6 +1449,11 @@ void FunctionPropagator::applyPlacement(
       // the other).
       if (OpOperand *operand = operandOf[index])
         operand->set(replacement);
+      else
+        // An aligned capture: the reads in the op's body move.
+        Value(value).replaceUsesWithIf(replacement, [&](OpOperand &use) {
+          return op->isProperAncestor(use.getOwner());
+        });
       continue;
     }
     known[value] = target;

@@ -6,6 +6,7 @@
 
 #include "polymesh/Transforms/ShardingRules.h"
 
+#include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Shard/Interfaces/ShardingInterface.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
@@ -13,6 +14,7 @@
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpDefinition.h"
 #include "mlir/Interfaces/ViewLikeInterface.h"
+#include "mlir/Transforms/RegionUtils.h"
 #include "llvm/ADT/Sequence.h"
 #include "llvm/ADT/SmallBitVector.h"
 
@@ -334,7 +336,105 @@ std::optional<FactorRule> polymesh::getFactorRule(Operation *op) {
   return rule;
 }
 
+SmallVector<AlignedCapture> polymesh::getAlignedCaptures(Operation *op) {
+  SmallVector<AlignedCapture> captures;
+  auto generic = dyn_cast<linalg::GenericOp>(op);
+  if (!generic)
+    return captures;
+  SmallVector<int64_t> ranges = generic.getStaticLoopRanges();
+  SmallVector<utils::IteratorType> iterators =
+      generic.getIteratorTypesArray();
+  llvm::SetVector<Value> captured;
+  visitUsedValuesDefinedAbove(op->getRegions(), [&](OpOperand *use) {
+    if (isa<RankedTensorType>(use->get().getType()))
+      captured.insert(use->get());
+  });
+  constexpr int64_t kUnseen = -2;
+  for (Value value : captured) {
+    auto type = cast<RankedTensorType>(value.getType());
+    SmallVector<int64_t> loopOfDim(type.getRank(), kUnseen);
+    bool onlyReads = true;
+    for (OpOperand &use : value.getUses()) {
+      if (!op->isProperAncestor(use.getOwner()))
+        continue;
+      auto extract = dyn_cast<tensor::ExtractOp>(use.getOwner());
+      if (!extract || use.getOperandNumber() != 0) {
+        onlyReads = false;
+        break;
+      }
+      for (auto [dim, index] : llvm::enumerate(extract.getIndices())) {
+        auto loopIndex = index.getDefiningOp<linalg::IndexOp>();
+        int64_t loop = -1;
+        if (loopIndex && loopIndex->getParentOfType<linalg::LinalgOp>() ==
+                             cast<linalg::LinalgOp>(op))
+          loop = loopIndex.getDim();
+        int64_t &slot = loopOfDim[dim];
+        slot = (slot == kUnseen || slot == loop) ? loop : -1;
+      }
+    }
+    if (!onlyReads)
+      continue;
+    SmallVector<int64_t> seen(loopOfDim);
+    bool any = false;
+    for (auto [dim, loop] : llvm::enumerate(loopOfDim)) {
+      // One loop indexing two dimensions (a diagonal) cannot split both.
+      bool repeated = llvm::count(seen, loop) > 1;
+      if (loop < 0 || repeated ||
+          iterators[loop] != utils::IteratorType::parallel ||
+          ShapedType::isDynamic(ranges[loop]) ||
+          ranges[loop] != type.getDimSize(dim)) {
+        loop = -1;
+        continue;
+      }
+      any = true;
+    }
+    if (any)
+      captures.push_back({value, std::move(loopOfDim)});
+  }
+  return captures;
+}
+
+ShardingAttr polymesh::alignedSharding(Operation *op, ShardingAttr placed,
+                                       ArrayRef<int64_t> loopOfDim) {
+  MLIRContext *context = op->getContext();
+  AffineMap map = cast<linalg::LinalgOp>(op).getIndexingMapMatchingResult(
+      op->getResult(0));
+  SmallVector<DimShardingAttr> dims;
+  for (int64_t loop : loopOfDim) {
+    ArrayRef<AxisRefAttr> axes;
+    if (loop >= 0)
+      for (auto [index, expr] : llvm::enumerate(map.getResults()))
+        if (auto dim = dyn_cast<AffineDimExpr>(expr);
+            dim && dim.getPosition() == loop &&
+            index < placed.getDims().size())
+          axes = placed.getDims()[index].getAxes();
+    dims.push_back(DimShardingAttr::get(context, axes, /*isClosed=*/true));
+  }
+  return ShardingAttr::get(context, placed.getMeshName(), dims, {}, {});
+}
+
 namespace {
+/// A linalg.generic's aligned captures join its rule as operands after its
+/// own: an aligned dimension takes its loop's factor, the others none.
+void addAlignedCaptures(Operation *op, FactorRule &rule) {
+  SmallVector<AlignedCapture> captures = getAlignedCaptures(op);
+  if (captures.empty())
+    return;
+  unsigned at = rule.numOperands;
+  for (AlignedCapture &capture : captures) {
+    SmallVector<SmallVector<unsigned>> dims;
+    for (int64_t loop : capture.loopOfDim) {
+      dims.emplace_back();
+      if (loop >= 0)
+        dims.back().push_back(static_cast<unsigned>(loop));
+    }
+    rule.values.insert(rule.values.begin() + at, std::move(dims));
+    rule.tensorValues.insert(rule.tensorValues.begin() + at, capture.value);
+    ++at;
+  }
+  rule.numOperands = at;
+}
+
 std::optional<FactorRule> computeFactorRule(Operation *op) {
   if (auto expand = dyn_cast<tensor::ExpandShapeOp>(op))
     return reshapeRule(expand.getSrc(), expand.getResult(),
@@ -354,8 +454,10 @@ std::optional<FactorRule> computeFactorRule(Operation *op) {
   if (auto concat = dyn_cast<tensor::ConcatOp>(op))
     return concatRule(concat);
 
-  if (std::optional<FactorRule> rule = fromShardingInterface(op, {}))
+  if (std::optional<FactorRule> rule = fromShardingInterface(op, {})) {
+    addAlignedCaptures(op, *rule);
     return rule;
+  }
 
   // Elementwise ops and ops that only create tensors (constants, splats,
   // empty tensors): identity factors over the result shape, shared by every

@@ -254,3 +254,21 @@ def test_embedding_with_tied_logits_verifies():
     assert program.opaque_ops == [] and "tensor.extract" in program.text
     check_reference_matches_jax(embed_tied_logits, args)
     assert_verifies(program.text)
+
+
+def test_embedding_lookup_keeps_the_table_split():
+    """table[ids] with the table split by columns: the body reads the
+    feature at the result's own loop index, so the table stays split, the
+    lookup moves nothing and the result is placed as JAX places it."""
+    table = f32(96, 32, spec=(None, "model"))
+    ids = f32(4, 6, spec=("data",), dtype=jnp.int32)
+
+    def lookup(table, ids):
+        return table[ids] * 2
+
+    resolved = pj.resolve_out_shardings(lookup, table, ids)
+    compiled = jax.jit(lookup).lower(table, ids).compile().output_shardings
+    assert resolved.spec == P("data", None, "model"), resolved.spec
+    assert resolved.is_equivalent_to(compiled, 3)
+    process = polymesh_run(pj.export(lookup, table, ids), "--verify")
+    assert process.returncode == 0 and "0 bytes moved" in process.stdout and "PASS" in process.stdout, process.stdout

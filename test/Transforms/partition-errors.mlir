@@ -130,3 +130,22 @@ func.func @captured_split(%table: tensor<16xf32> {polymesh.sharding = #polymesh.
   } -> tensor<8xf32>
   return %r : tensor<8xf32>
 }
+
+// -----
+
+// A table split by columns may be read at the loop's local index only when
+// the loop is split the same way: here the op computes its result whole
+// over "x", and the table's columns are split.
+polymesh.mesh @m = <["x"=4]>
+func.func @captured_misaligned(%table: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"x"}]>}, %idx: tensor<4xi32> {polymesh.sharding = #polymesh.sharding<@m, [{}]>}) -> (tensor<4x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>}) {
+  %e = tensor.empty() {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>} : tensor<4x8xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0)>, affine_map<(d0, d1) -> (d0, d1)>], iterator_types = ["parallel", "parallel"]} ins(%idx : tensor<4xi32>) outs(%e : tensor<4x8xf32>) attrs = {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>} {
+  ^bb0(%i: i32, %o: f32):
+    %c = arith.index_cast %i : i32 to index
+    %d = linalg.index 1 : index
+    // expected-error @+1 {{cannot be partitioned: it reads a tensor from outside the region of 'linalg.generic', placed as #polymesh.sharding<@m, [{}, {"x"}]>, which is not whole on every device that runs the op}}
+    %v = tensor.extract %table[%c, %d] : tensor<16x8xf32>
+    linalg.yield %v : f32
+  } -> tensor<4x8xf32>
+  return %r : tensor<4x8xf32>
+}

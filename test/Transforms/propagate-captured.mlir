@@ -60,3 +60,53 @@ func.func @replicated_table(%table: tensor<16xf32> {polymesh.sharding = #polymes
   } -> tensor<8xf32>
   return %r : tensor<8xf32>
 }
+
+// -----
+
+polymesh.mesh @m = <["data"=2, "model"=4]>
+
+// An embedding table split by columns, read at (token id, linalg.index 2):
+// the feature dimension is indexed by the result's loop, so the table keeps
+// its split (no reshard) and the result takes it, as JAX places table[ids]:
+// P("data", None, "model").
+// CHECK-LABEL: func.func @table_split_by_columns
+// CHECK-NOT: polymesh.reshard
+// CHECK: linalg.generic
+// CHECK-SAME: polymesh.sharding = #polymesh.sharding<@m, [{"data"}, {}, {"model"}]>
+// CHECK: tensor.extract %arg0[
+func.func @table_split_by_columns(%table: tensor<96x32xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"model"}]>},
+                                  %ids: tensor<4x8xi32> {polymesh.sharding = #polymesh.sharding<@m, [{"data"}, {}]>}) -> tensor<4x8x32xf32> {
+  %e = tensor.empty() : tensor<4x8x32xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%ids : tensor<4x8xi32>) outs(%e : tensor<4x8x32xf32>) {
+  ^bb0(%i: i32, %o: f32):
+    %row = arith.index_cast %i : i32 to index
+    %d = linalg.index 2 : index
+    %v = tensor.extract %table[%row, %d] : tensor<96x32xf32>
+    linalg.yield %v : f32
+  } -> tensor<4x8x32xf32>
+  return %r : tensor<4x8x32xf32>
+}
+
+// The rows are indexed by data, not by a loop: a table split by rows is
+// gathered along them, and keeps its column split.
+// CHECK-LABEL: func.func @table_split_both_ways
+// CHECK: %[[COLUMNS:.*]] = polymesh.reshard %arg0 <@m, [{}, {"model"}]>
+// CHECK: linalg.generic
+// CHECK-SAME: polymesh.sharding = #polymesh.sharding<@m, [{"data"}, {}, {"model"}]>
+// CHECK: tensor.extract %[[COLUMNS]][
+func.func @table_split_both_ways(%table: tensor<96x32xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"data"}, {"model"}]>},
+                                 %ids: tensor<4x8xi32> {polymesh.sharding = #polymesh.sharding<@m, [{"data"}, {}]>}) -> tensor<4x8x32xf32> {
+  %e = tensor.empty() : tensor<4x8x32xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>],
+                       iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%ids : tensor<4x8xi32>) outs(%e : tensor<4x8x32xf32>) {
+  ^bb0(%i: i32, %o: f32):
+    %row = arith.index_cast %i : i32 to index
+    %d = linalg.index 2 : index
+    %v = tensor.extract %table[%row, %d] : tensor<96x32xf32>
+    linalg.yield %v : f32
+  } -> tensor<4x8x32xf32>
+  return %r : tensor<4x8x32xf32>
+}

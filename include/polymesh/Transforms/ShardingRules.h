@@ -33,11 +33,14 @@ struct FactorRule {
   /// unknown sizes, where the tile rule matches on both sides anyway).
   llvm::SmallVector<int64_t> factorSizes;
   llvm::SmallVector<Kind> factorKinds;
-  /// For each tensor operand, then each tensor result, in order: for each
+  /// For each tensor operand, then each aligned capture (a linalg.generic
+  /// body's reads from above, getAlignedCaptures), then each tensor result,
+  /// in order: for each
   /// dimension, its factors major to minor. A dimension with no factor can
   /// only be replicated.
   llvm::SmallVector<llvm::SmallVector<llvm::SmallVector<unsigned>>> values;
-  /// The op's tensor operands followed by its tensor results.
+  /// The op's tensor operands and aligned captures followed by its tensor
+  /// results.
   llvm::SmallVector<mlir::Value> tensorValues;
   unsigned numOperands = 0;
   /// Every factor is parallel and every tensor value either maps dimension
@@ -53,6 +56,27 @@ struct FactorRule {
 
 /// The rule of `op`, or nullopt when no rule describes it.
 std::optional<FactorRule> getFactorRule(mlir::Operation *op);
+
+/// A tensor that a `linalg.generic` body reads from above (only with
+/// `tensor.extract`), and for each of its dimensions the parallel loop whose
+/// `linalg.index` indexes it in every read, the loop's extent equal to the
+/// dimension's, or -1. Such a dimension may be split as the loop is: each
+/// device reads its own tile at the local index (a gather's feature
+/// dimension, an embedding table split by columns).
+struct AlignedCapture {
+  mlir::Value value;
+  llvm::SmallVector<int64_t> loopOfDim;
+};
+
+/// The captures of `op` with at least one aligned dimension, in the order
+/// of their first read.
+llvm::SmallVector<AlignedCapture> getAlignedCaptures(mlir::Operation *op);
+
+/// The sharding of an aligned capture of `op` (a linalg.generic) whose
+/// first result is placed as `placed`: each aligned dimension takes the
+/// axes of the result dimension its loop indexes, the others none.
+ShardingAttr alignedSharding(mlir::Operation *op, ShardingAttr placed,
+                             llvm::ArrayRef<int64_t> loopOfDim);
 
 /// Factor axes of one placement of an op on one mesh.
 using FactorAxes = llvm::SmallVector<llvm::SmallVector<AxisRefAttr>>;
