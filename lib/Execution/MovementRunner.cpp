@@ -96,6 +96,47 @@ HostTensor polymesh::execution::groupTile(const ShardedTensor &actual,
   return got;
 }
 
+llvm::Expected<HostTensor>
+polymesh::execution::assembleReplicas(const ShardedTensor &tensor) {
+  const planner::TensorLayout &layout = tensor.layout;
+  HostTensor whole(tensor.elementType, layout.shape());
+  std::vector<bool> written(whole.getNumElements(), false);
+  const int64_t size = elementSize(tensor.elementType);
+  auto describe = [](const std::vector<int64_t> &index) {
+    std::string text = "[";
+    for (size_t d = 0; d < index.size(); ++d)
+      text += (d ? ", " : "") + std::to_string(index[d]);
+    return text + "]";
+  };
+  for (const auto &[device, tile] : tensor.tiles) {
+    std::optional<planner::Box> box = layout.boxOfDevice(device);
+    if (!box)
+      continue;
+    HostTensor values = validRegion(tile, *box);
+    for (int64_t linear = 0, e = values.getNumElements(); linear < e;
+         ++linear) {
+      std::vector<int64_t> index = values.delinearize(linear);
+      for (size_t d = 0; d < index.size(); ++d)
+        index[d] += box->lo[d];
+      int64_t at = whole.linearize(index);
+      const uint8_t *from = values.getData() + linear * size;
+      uint8_t *to = whole.getData() + at * size;
+      if (written[at] && std::memcmp(from, to, size) != 0)
+        return error("devices hold different copies of the element at " +
+                     describe(index) + ": " + whole.formatElement(at) +
+                     " and, on device " + std::to_string(device) + ", " +
+                     values.formatElement(linear));
+      std::memcpy(to, from, size);
+      written[at] = true;
+    }
+  }
+  for (int64_t at = 0, e = whole.getNumElements(); at < e; ++at)
+    if (!written[at])
+      return error("no device holds the element at " +
+                   describe(whole.delinearize(at)));
+  return std::move(whole);
+}
+
 runtime::DataType polymesh::execution::toDataType(ElementType type) {
   switch (type) {
   case ElementType::F32:

@@ -103,7 +103,8 @@ llvm::Expected<planner::TensorLayout> layoutOf(SymbolTableCollection &symbols,
 
 /// What the planned global function `func` says of its own sharded run:
 /// argument and result layouts, bytes moved.
-llvm::Expected<ShardedFunction> recordGlobal(func::FuncOp func) {
+llvm::Expected<ShardedFunction> recordGlobal(func::FuncOp func,
+                                             size_t numProgramResults) {
   ShardedFunction function;
   function.name = func.getSymName().str();
   auto signature = getFunctionSignature(func);
@@ -131,9 +132,19 @@ llvm::Expected<ShardedFunction> recordGlobal(func::FuncOp func) {
       return layout.takeError();
     function.resultLayouts.push_back(std::move(*layout));
   }
+  function.numProgramResults = numProgramResults;
+  // Transfers that only feed the returned partial sums are the check's,
+  // not the program's.
+  Operation *terminator = func.getBody().back().getTerminator();
+  auto onlyChecks = [&](TransferOp transfer) {
+    return llvm::all_of(transfer->getUses(), [&](OpOperand &use) {
+      return use.getOwner() == terminator &&
+             use.getOperandNumber() >= numProgramResults;
+    });
+  };
   llvm::Error failure = llvm::Error::success();
   func.walk([&](TransferOp transfer) {
-    if (failure)
+    if (failure || onlyChecks(transfer))
       return;
     Type type = transfer.getResult().getType();
     auto source =
@@ -447,6 +458,8 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
     return error("--polymesh-propagate failed: its calls cannot be "
                  "specialized");
   tagReductions(*planned);
+  llvm::StringMap<std::vector<ReorderedSum>> partialSums;
+  llvm::StringMap<size_t> numProgramResults;
   {
     // Errors go on to the caller's handler; warnings and remarks (an op
     // without a sharding rule, say) are the caller's own propagation's to
@@ -454,10 +467,23 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
     ScopedDiagnosticHandler quiet(context, [](Diagnostic &diagnostic) {
       return success(diagnostic.getSeverity() != DiagnosticSeverity::Error);
     });
-    PassManager pm(context);
-    pm.addPass(createPolymeshPropagate());
-    pm.addPass(createPolymeshPlan());
-    if (failed(pm.run(*planned)))
+    PassManager propagate(context);
+    propagate.addPass(createPolymeshPropagate());
+    if (failed(propagate.run(*planned)))
+      return error("--polymesh-propagate and --polymesh-plan failed");
+    for (const std::string &name : names) {
+      auto func = planned->lookupSymbol<func::FuncOp>(name);
+      if (!func || func.isExternal() || partialSums.count(name))
+        continue;
+      numProgramResults[name] = func.getNumResults();
+      if (!options.returnPartialSums)
+        continue;
+      partialSums[name] = findPartialSums(func);
+      returnPartialSums(func, partialSums[name]);
+    }
+    PassManager plan(context);
+    plan.addPass(createPolymeshPlan());
+    if (failed(plan.run(*planned)))
       return error("--polymesh-propagate and --polymesh-plan failed");
   }
 
@@ -469,12 +495,14 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
     auto func = planned->lookupSymbol<func::FuncOp>(name);
     if (!func || func.isExternal())
       return error("no function named @" + name + " with a body");
-    auto function = recordGlobal(func);
+    auto function = recordGlobal(func, numProgramResults.lookup(name));
     if (!function) {
       runner->unavailable[name] = llvm::toString(function.takeError());
       continue;
     }
     function->reorderedSums = findReorderedSums(func);
+    function->reorderedSums.resize(function->numProgramResults);
+    function->partialSums = partialSums.lookup(name);
     runner->functions[name] = std::move(*function);
     candidates.push_back(name);
   }

@@ -103,6 +103,134 @@ void execution::untagReductions(ModuleOp module) {
       [](linalg::LinalgOp op) { op->removeAttr(kReductionIndexAttrName); });
 }
 
+namespace {
+/// Result `r` of the tagged linalg `op` as a reordered sum, if it is one.
+std::optional<ReorderedSum> asReorderedSum(linalg::LinalgOp op, unsigned r) {
+  auto tag = op->getAttrOfType<IntegerAttr>(kReductionIndexAttrName);
+  if (!tag || r >= op->getNumResults() ||
+      !isa<FloatType>(getElementTypeOrSelf(op->getResult(r).getType())) ||
+      op.getNumReductionLoops() == 0 || !addedTerm(op, r) ||
+      !holdsPartials(op, r))
+    return std::nullopt;
+  int64_t terms = 1;
+  for (auto [range, iterator] :
+       llvm::zip(op.getStaticLoopRanges(), op.getIteratorTypesArray())) {
+    if (iterator != utils::IteratorType::reduction)
+      continue;
+    if (ShapedType::isDynamic(range))
+      return std::nullopt;
+    terms *= range;
+  }
+  std::string location = formatLocationPrefix(op->getLoc());
+  return ReorderedSum{terms, tag.getInt(), r,
+                      llvm::StringRef(location).rtrim(": ").str()};
+}
+
+/// The linalg ops of `func` in tagReductions' numbering (walk order).
+std::vector<linalg::LinalgOp> numberedOps(func::FuncOp func) {
+  std::vector<linalg::LinalgOp> ops;
+  func.walk([&](linalg::LinalgOp op) { ops.push_back(op); });
+  return ops;
+}
+} // namespace
+
+std::vector<ReorderedSum> execution::findPartialSums(func::FuncOp func) {
+  std::vector<ReorderedSum> sums;
+  if (func.isExternal())
+    return sums;
+  for (Operation &op : func.getBody().front())
+    if (auto linalgOp = dyn_cast<linalg::LinalgOp>(&op))
+      for (unsigned r = 0, e = op.getNumResults(); r < e; ++r)
+        if (std::optional<ReorderedSum> sum = asReorderedSum(linalgOp, r))
+          sums.push_back(*sum);
+  return sums;
+}
+
+void execution::returnPartialSums(func::FuncOp func,
+                                  llvm::ArrayRef<ReorderedSum> sums) {
+  if (sums.empty())
+    return;
+  std::vector<linalg::LinalgOp> ops = numberedOps(func);
+  Operation *terminator = func.getBody().back().getTerminator();
+  OpBuilder builder(terminator);
+  MLIRContext *context = func.getContext();
+  for (const ReorderedSum &sum : sums) {
+    Operation *op = ops[sum.opIndex];
+    Attribute attr = op->getAttr(PolymeshDialect::kShardingAttrName);
+    if (auto array = dyn_cast<ArrayAttr>(attr))
+      attr = array[sum.resultNumber];
+    auto partial = cast<ShardingAttr>(attr);
+    auto reduced = ShardingAttr::get(context, partial.getMeshName(),
+                                     partial.getDims(),
+                                     partial.getReplicated(), {});
+    Value value = op->getResult(sum.resultNumber);
+    Value moved = ReshardOp::create(builder, op->getLoc(), value.getType(),
+                                    value, reduced);
+    unsigned index = func.getNumResults();
+    func.insertResult(
+        index, value.getType(),
+        builder.getDictionaryAttr(builder.getNamedAttr(
+            PolymeshDialect::kShardingAttrName, reduced)));
+    terminator->insertOperands(terminator->getNumOperands(), moved);
+  }
+}
+
+llvm::Expected<OwningOpRef<ModuleOp>>
+execution::injectPartialSums(ModuleOp module, llvm::StringRef name,
+                             llvm::ArrayRef<ReorderedSum> sums) {
+  OwningOpRef<ModuleOp> copy(module.clone());
+  if (failed(inlineCallsForPropagation(*copy, kDefaultMaxSpecializedOps)))
+    return error("the calls of @" + name + " cannot be specialized");
+  auto func = copy->lookupSymbol<func::FuncOp>(name);
+  if (!func || func.isExternal())
+    return error("no function named @" + name + " with a body");
+  std::vector<linalg::LinalgOp> ops = numberedOps(func);
+  Operation *terminator = func.getBody().back().getTerminator();
+  for (const ReorderedSum &sum : sums) {
+    if (sum.opIndex < 0 || sum.opIndex >= static_cast<int64_t>(ops.size()) ||
+        sum.resultNumber >= ops[sum.opIndex]->getNumResults())
+      return error("reordered sum #" + llvm::Twine(sum.opIndex) +
+                   " is not a linalg op of @" + name);
+    Value value = ops[sum.opIndex]->getResult(sum.resultNumber);
+    unsigned argIndex = func.getNumArguments();
+    func.insertArgument(argIndex, value.getType(), {}, value.getLoc());
+    value.replaceAllUsesWith(func.getArgument(argIndex));
+    func.insertResult(func.getNumResults(), value.getType(), {});
+    terminator->insertOperands(terminator->getNumOperands(), value);
+  }
+  return std::move(copy);
+}
+
+llvm::Expected<LockStepReference> execution::continueFromPartialSums(
+    ModuleOp module, llvm::StringRef name, llvm::ArrayRef<ReorderedSum> sums,
+    size_t numProgramResults, llvm::ArrayRef<HostTensor> shardedSums,
+    llvm::ArrayRef<HostTensor> inputs, const JitOptions &jit) {
+  if (shardedSums.size() != sums.size())
+    return error("expected " + llvm::Twine(sums.size()) +
+                 " reordered sums, got " + llvm::Twine(shardedSums.size()));
+  auto injected = injectPartialSums(module, name, sums);
+  if (!injected)
+    return injected.takeError();
+  std::vector<HostTensor> continued(inputs.begin(), inputs.end());
+  continued.insert(continued.end(), shardedSums.begin(), shardedSums.end());
+  auto runner = ReferenceRunner::create(**injected, {name.str()}, jit);
+  if (!runner)
+    return runner.takeError();
+  auto results = (*runner)->run(name, continued);
+  if (!results)
+    return results.takeError();
+  if (results->size() != numProgramResults + sums.size())
+    return error("the continued reference of @" + name + " returns " +
+                 llvm::Twine(results->size()) + " results, expected " +
+                 llvm::Twine(numProgramResults + sums.size()));
+  std::vector<std::optional<ReorderedSum>> bounded(numProgramResults);
+  bounded.insert(bounded.end(), sums.begin(), sums.end());
+  auto bounds = computeSumBounds(**injected, name, bounded, continued);
+  if (!bounds)
+    return bounds.takeError();
+  return LockStepReference{std::move(*results), std::move(*bounds)};
+}
+
 std::vector<std::optional<ReorderedSum>>
 execution::findReorderedSums(func::FuncOp func) {
   std::vector<std::optional<ReorderedSum>> sums(func.getNumResults());
@@ -118,27 +246,8 @@ execution::findReorderedSums(func::FuncOp func) {
     auto result = dyn_cast<OpResult>(value);
     if (!result)
       continue;
-    auto op = dyn_cast<linalg::LinalgOp>(result.getOwner());
-    auto tag = op ? op->getAttrOfType<IntegerAttr>(kReductionIndexAttrName)
-                  : IntegerAttr();
-    unsigned r = result.getResultNumber();
-    if (!tag || !isa<FloatType>(getElementTypeOrSelf(result.getType())) ||
-        op.getNumReductionLoops() == 0 || !addedTerm(op, r) ||
-        !holdsPartials(op, r))
-      continue;
-    int64_t terms = 1;
-    bool known = true;
-    for (auto [range, iterator] :
-         llvm::zip(op.getStaticLoopRanges(), op.getIteratorTypesArray())) {
-      if (iterator != utils::IteratorType::reduction)
-        continue;
-      if (ShapedType::isDynamic(range))
-        known = false;
-      else
-        terms *= range;
-    }
-    if (known)
-      sums[i] = ReorderedSum{terms, tag.getInt(), r};
+    if (auto op = dyn_cast<linalg::LinalgOp>(result.getOwner()))
+      sums[i] = asReorderedSum(op, result.getResultNumber());
   }
   return sums;
 }

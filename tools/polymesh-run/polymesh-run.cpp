@@ -644,6 +644,10 @@ BackendFactory backendFactory() {
 ShardedRunnerOptions shardedOptions() {
   ShardedRunnerOptions options;
   options.jit.optLevel = jitOptLevel;
+  // Lock-step comparison of reordered sums (checkPartialSums); one process
+  // holds every tile of them only when it runs every device.
+  options.returnPartialSums =
+      verifyResults == VerifyBounded && !multiProcess();
 #if POLYMESH_HAVE_MPI
   if (backend == "mpi")
     useMpiBackend(options, *mpiWorld, ownership,
@@ -737,13 +741,86 @@ sumBoundsOf(ShardedRunner *sharded, func::FuncOp func,
   return bounds;
 }
 
+/// What a lock-step comparison compares (checkPartialSums): the program's
+/// results against a reference that continued from the sharded run's
+/// reordered sums, bit for bit, then each sum against the reference's own
+/// from the same inputs, within its bound.
+struct LockStep {
+  std::vector<HostTensor> reference;
+  std::vector<std::optional<SumBound>> bounds;
+  /// Per sum: how a line names it ("result #2", or "the sum at f.mlir:4:8").
+  std::vector<std::string> sumLabels;
+};
+
+/// The lock-step comparison of a function with reordered sums at its top
+/// level: the sharded run returns each sum after its results
+/// (ShardedRunnerOptions::returnPartialSums); the reference runs again with
+/// those sums in place of its own (injectPartialSums), so that everything
+/// after a sum computes from the same bits on both sides and must match
+/// exactly, and returns its own sums, computed from the same inputs as the
+/// sharded run's, which must match within the rounding bound of both
+/// orders. A float sum that feeds more arithmetic is so checked where it is
+/// made; before, its rounding difference reached every later result, which
+/// then failed bit for bit.
+llvm::Expected<LockStep>
+checkPartialSums(const ShardedFunction &function, func::FuncOp func,
+                 const ShardedOutcome &outcome,
+                 llvm::ArrayRef<HostTensor> inputs,
+                 llvm::ArrayRef<HostTensor> original,
+                 llvm::ArrayRef<std::optional<SumBound>> originalBounds) {
+  LockStep step;
+  std::vector<HostTensor> sums;
+  for (size_t k = 0; k < function.partialSums.size(); ++k) {
+    auto sum =
+        assembleReplicas(outcome.results[function.numProgramResults + k]);
+    if (!sum)
+      return makeError("reordered sum #" + std::to_string(k) + ": " +
+                       llvm::toString(sum.takeError()));
+    sums.push_back(std::move(*sum));
+  }
+  JitOptions jit;
+  jit.optLevel = jitOptLevel;
+  auto continued = continueFromPartialSums(
+      func->getParentOfType<ModuleOp>(), func.getSymName(),
+      function.partialSums, function.numProgramResults, sums, inputs, jit);
+  if (!continued)
+    return continued.takeError();
+  step.reference = std::move(continued->results);
+  step.bounds = std::move(continued->bounds);
+  // A result that is a sum, moved, is compared as before: with the
+  // reference from the inputs, within its bound. The sharded run reduced it
+  // with the program's own transfer, whose order may differ from the
+  // reduction that returned the sum.
+  for (size_t i = 0; i < function.numProgramResults; ++i)
+    if (function.reorderedSums[i]) {
+      step.reference[i] = original[i];
+      step.bounds[i] = i < originalBounds.size() ? originalBounds[i]
+                                                 : std::nullopt;
+    }
+  // A sum that a result only moves is named as that result.
+  for (const ReorderedSum &sum : function.partialSums) {
+    std::string label;
+    for (auto [i, result] : llvm::enumerate(function.reorderedSums))
+      if (result && result->opIndex == sum.opIndex &&
+          result->resultNumber == sum.resultNumber && label.empty())
+        label = "result #" + std::to_string(i);
+    if (label.empty())
+      label = "the sum at " +
+              (sum.location.empty() ? "an unknown location" : sum.location);
+    step.sumLabels.push_back(std::move(label));
+  }
+  return step;
+}
+
 /// Prints the sharded part of a function's line: the run's figures and
 /// PASS (with the bounded results' ulps and relative errors), or the first
 /// result element that fails and how many do per tile, or why the run
-/// failed. Returns whether every tile passed.
+/// failed. Returns whether every tile passed. With `sumLabels`, the
+/// results after the program's own are its reordered sums (LockStep).
 bool reportSharded(func::FuncOp func, llvm::Expected<ShardedOutcome> outcome,
                    llvm::ArrayRef<HostTensor> reference, double referenceMs,
-                   llvm::ArrayRef<std::optional<SumBound>> bounds) {
+                   llvm::ArrayRef<std::optional<SumBound>> bounds,
+                   llvm::ArrayRef<std::string> sumLabels = {}) {
   if (!outcome) {
     out() << ", reference " << llvm::format("%.3f", referenceMs)
           << " ms, FAIL: " << llvm::toString(outcome.takeError()) << "\n";
@@ -755,18 +832,28 @@ bool reportSharded(func::FuncOp func, llvm::Expected<ShardedOutcome> outcome,
         << outcome->numDevices
         << (outcome->numDevices == 1 ? " device" : " devices");
   std::vector<std::string> withinBound;
+  size_t numProgramResults = outcome->results.size() - sumLabels.size();
+  auto label = [&](size_t i) {
+    return i < numProgramResults ? "result #" + std::to_string(i)
+                                 : sumLabels[i - numProgramResults];
+  };
   for (auto [i, result] : llvm::enumerate(outcome->results)) {
     const SumBound *bound =
         i < bounds.size() && bounds[i] ? &*bounds[i] : nullptr;
     LeafComparison comparison = compareLeaf(reference[i], result, bound);
     if (comparison.passed()) {
-      if (comparison.bounded)
-        withinBound.push_back("result #" + std::to_string(i) + ": " +
-                              comparison.summary());
+      // A sum that is a result is listed once, as the result.
+      bool listed = i >= numProgramResults &&
+                    llvm::StringRef(label(i)).starts_with("result #");
+      if (comparison.bounded && !listed)
+        withinBound.push_back(label(i) + ": " + comparison.summary());
       continue;
     }
-    out() << ", FAIL: result #" << i;
-    if (auto leaf = func.getResultAttrOfType<StringAttr>(i, "polymesh.leaf"))
+    out() << ", FAIL: " << label(i);
+    if (auto leaf = i < numProgramResults
+                        ? func.getResultAttrOfType<StringAttr>(i,
+                                                               "polymesh.leaf")
+                        : StringAttr())
       out() << " (leaf \"" << leaf.getValue() << "\")";
     out() << ": " << comparison.failureMessage() << "\n";
     return false;
@@ -909,6 +996,17 @@ int64_t gpusNeeded(llvm::ArrayRef<int64_t> devices) {
   return static_cast<int64_t>(devices.size());
 }
 
+/// --print-results: the reference's first elements of every result.
+void printReferenceResults(func::FuncOp func,
+                           llvm::ArrayRef<HostTensor> results) {
+  for (auto [i, result] : llvm::enumerate(results)) {
+    out() << "  result #" << i;
+    if (auto leaf = func.getResultAttrOfType<StringAttr>(i, "polymesh.leaf"))
+      out() << " (leaf \"" << leaf.getValue() << "\")";
+    out() << ": " << result.toString(/*maxElements=*/8) << "\n";
+  }
+}
+
 Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
                     func::FuncOp func, func::FuncOp planned) {
   llvm::StringRef name = func.getSymName();
@@ -958,6 +1056,38 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
     llvm::Expected<ShardedOutcome> run =
         sharded ? runPartitioned(*sharded, name)
                 : runMovementOnly(planned, *signature);
+    const ShardedFunction *function = nullptr;
+    if (sharded) {
+      auto found = sharded->getFunction(name);
+      if (found)
+        function = &*found;
+      else
+        llvm::consumeError(found.takeError());
+    }
+    if (run && function && !function->partialSums.empty()) {
+      auto bounds = sumBoundsOf(sharded, func, inputs);
+      if (!bounds)
+        run = bounds.takeError();
+      auto step = run ? checkPartialSums(*function, func, *run, inputs,
+                                         *results, *bounds)
+                      : llvm::Expected<LockStep>(run.takeError());
+      if (!step)
+        run = step.takeError();
+      outcome = reportSharded(func, std::move(run),
+                              step ? step->reference : *results, ms,
+                              step ? step->bounds
+                                   : std::vector<std::optional<SumBound>>(),
+                              step ? step->sumLabels
+                                   : std::vector<std::string>())
+                    ? Outcome::Passed
+                    : Outcome::Failed;
+      if (printResults)
+        printReferenceResults(func, *results);
+      return outcome;
+    }
+    if (run && function)
+      run->results.erase(run->results.begin() + function->numProgramResults,
+                         run->results.end());
     auto bounds = sumBoundsOf(sharded, func, inputs);
     if (run && !bounds)
       run = bounds.takeError();
@@ -971,14 +1101,8 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
   } else {
     out() << ", reference " << llvm::format("%.3f", ms) << " ms\n";
   }
-  if (printResults) {
-    for (auto [i, result] : llvm::enumerate(*results)) {
-      out() << "  result #" << i;
-      if (auto leaf = func.getResultAttrOfType<StringAttr>(i, "polymesh.leaf"))
-        out() << " (leaf \"" << leaf.getValue() << "\")";
-      out() << ": " << result.toString(/*maxElements=*/8) << "\n";
-    }
-  }
+  if (printResults)
+    printReferenceResults(func, *results);
   return outcome;
 }
 

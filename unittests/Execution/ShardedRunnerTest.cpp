@@ -18,6 +18,7 @@
 #include "polymesh/Execution/InputFill.h"
 #include "polymesh/Execution/ReferenceRunner.h"
 #include "polymesh/Execution/SumBounds.h"
+#include "polymesh/Execution/Tolerance.h"
 #include "polymesh/InitAllDialects.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -57,13 +58,14 @@ protected:
 
   /// Parses `source` and compiles `functions` for sharded runs.
   std::unique_ptr<ShardedRunner>
-  compile(llvm::StringRef source, llvm::ArrayRef<std::string> functions) {
+  compile(llvm::StringRef source, llvm::ArrayRef<std::string> functions,
+          const ShardedRunnerOptions &options = {}) {
     module = parseSourceString<ModuleOp>(source, &context);
     if (!module) {
       ADD_FAILURE() << diagnostics;
       return nullptr;
     }
-    auto runner = ShardedRunner::create(*module, functions);
+    auto runner = ShardedRunner::create(*module, functions, options);
     if (!runner) {
       ADD_FAILURE() << llvm::toString(runner.takeError()) << "\n"
                     << diagnostics;
@@ -323,6 +325,92 @@ TEST_F(ShardedRunnerTest, ReorderedSumsAndTheirMagnitudes) {
   auto func = module->lookupSymbol<func::FuncOp>("mm");
   EXPECT_FALSE(func.getBody().front().getOps<linalg::MatmulOp>().empty());
   runAndCompare(*runner, "rows");
+}
+
+TEST_F(ShardedRunnerTest, LockStepContinuesFromTheShardedSums) {
+  // A sum over a sharded contracting dimension (4 partials of 16 terms)
+  // that feeds more arithmetic: squared, it is compared bit for bit against
+  // a reference that continued from the sharded sum, and the sum itself
+  // within its bound. A wrong sum, or a device that holds another copy of
+  // it, is caught.
+  const char *source = R"mlir(
+    polymesh.mesh @m4 = <["x"=4]>
+    func.func @mm_sq(%a: tensor<8x16xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {"x"}]>},
+                     %b: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>})
+        -> (tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>}) {
+      %z = arith.constant 0.0 : f32
+      %e = tensor.empty() : tensor<8x8xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x8xf32>) -> tensor<8x8xf32>
+      %r = linalg.matmul ins(%a, %b : tensor<8x16xf32>, tensor<16x8xf32>) outs(%f : tensor<8x8xf32>) -> tensor<8x8xf32>
+      %sq = arith.mulf %r, %r : tensor<8x8xf32>
+      return %sq : tensor<8x8xf32>
+    }
+  )mlir";
+  auto plain = compile(source, {"mm_sq"});
+  ASSERT_TRUE(plain);
+  auto plainFunction = plain->getFunction("mm_sq");
+  ASSERT_TRUE(bool(plainFunction));
+  EXPECT_TRUE(plainFunction->partialSums.empty());
+  int64_t programBytes = plainFunction->bytesMoved;
+
+  ShardedRunnerOptions options;
+  options.returnPartialSums = true;
+  auto runner = compile(source, {"mm_sq"}, options);
+  ASSERT_TRUE(runner);
+  auto function = runner->getFunction("mm_sq");
+  ASSERT_TRUE(bool(function)) << llvm::toString(function.takeError());
+  ASSERT_EQ(function->partialSums.size(), 1u);
+  EXPECT_EQ(function->partialSums[0].terms, 16);
+  EXPECT_EQ(function->numProgramResults, 1u);
+  // The check's all-reduce is not the program's.
+  EXPECT_EQ(function->bytesMoved, programBytes);
+
+  auto run = runner->run("mm_sq");
+  ASSERT_TRUE(bool(run)) << llvm::toString(run.takeError());
+  ASSERT_EQ(run->results.size(), 2u);
+  HostTensor a = makeInput(ElementType::F32, {8, 16}, 0);
+  HostTensor b = makeInput(ElementType::F32, {16, 8}, 1);
+  auto sum = assembleReplicas(run->results[1]);
+  ASSERT_TRUE(bool(sum)) << llvm::toString(sum.takeError());
+
+  auto check = [&](const HostTensor &shardedSum, const ShardedTensor &squares,
+                   const ShardedTensor &sums) {
+    auto continued = continueFromPartialSums(*module, "mm_sq",
+                                             function->partialSums, 1,
+                                             {shardedSum}, {a, b});
+    EXPECT_TRUE(bool(continued)) << llvm::toString(continued.takeError());
+    if (!continued)
+      return std::pair{false, false};
+    EXPECT_EQ(continued->results.size(), 2u);
+    EXPECT_FALSE(continued->bounds[0]);
+    EXPECT_TRUE(continued->bounds[1]);
+    bool squaresMatch =
+        !compareWithReference(continued->results[0], squares).has_value();
+    bool sumWithinBound =
+        compareLeaf(continued->results[1], sums, &*continued->bounds[1])
+            .passed();
+    return std::pair{squaresMatch, sumWithinBound};
+  };
+  EXPECT_EQ(check(*sum, run->results[0], run->results[1]),
+            std::pair(true, true));
+
+  // One element of the sum off by 1 on every device: the sum is beyond its
+  // bound, and the reference continued from it squares another value.
+  ShardedTensor wrong = run->results[1];
+  for (auto &[device, tile] : wrong.tiles)
+    reinterpret_cast<float *>(tile.getData())[5] += 1.0f;
+  auto wrongSum = assembleReplicas(wrong);
+  ASSERT_TRUE(bool(wrongSum));
+  EXPECT_EQ(check(*wrongSum, run->results[0], wrong), std::pair(false, false));
+
+  // Devices that went on with different copies of the sum.
+  ShardedTensor split = run->results[1];
+  reinterpret_cast<float *>(split.tiles.begin()->second.getData())[0] += 1.0f;
+  auto disagreeing = assembleReplicas(split);
+  ASSERT_FALSE(bool(disagreeing));
+  EXPECT_NE(llvm::toString(disagreeing.takeError())
+                .find("devices hold different copies of the element at [0, 0]"),
+            std::string::npos);
 }
 
 } // namespace

@@ -68,6 +68,11 @@ HostTensor groupTile(const ShardedTensor &actual,
                      const std::vector<int64_t> &group,
                      const planner::Box &box);
 
+/// The global tensor whose tiles `tensor` holds (no unreduced axes): every
+/// element from the devices whose box covers it. Errors: two devices hold
+/// different bits for one element, or none holds it.
+llvm::Expected<HostTensor> assembleReplicas(const ShardedTensor &tensor);
+
 /// The shape of a device's tile in a ShardedTensor.
 enum class TileShape {
   /// localShape() on every device, short tiles padded with zeros: what the

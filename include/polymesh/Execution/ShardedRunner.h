@@ -124,6 +124,11 @@ struct ShardedRunnerOptions {
   /// run (benchmarks): the timed run then finds staging allocated and the
   /// pages of every buffer touched, as later steps of a real job do.
   bool warmup = false;
+  /// Return every function's top-level float sums over a sharded dimension
+  /// after its own results, reduced (ShardedFunction::partialSums): what a
+  /// lock-step --verify compares and continues the reference from. Their
+  /// all-reduces are not counted in bytesMoved.
+  bool returnPartialSums = false;
 
   /// Multi-process runs (docs/multi-process.md). The devices this process
   /// runs; null: every device. Class functions that none of them runs are
@@ -166,6 +171,12 @@ struct ShardedFunction {
   /// most), which the sharded run adds in another order than the reference
   /// (SumBounds.h); --verify then compares it within a bound.
   std::vector<std::optional<ReorderedSum>> reorderedSums;
+  /// With ShardedRunnerOptions::returnPartialSums: the float sums over a
+  /// sharded dimension at the function's top level (findPartialSums),
+  /// returned after its own results, one each, reduced.
+  std::vector<ReorderedSum> partialSums;
+  /// The function's own results; those after them are partialSums.
+  size_t numProgramResults = 0;
   /// The class functions, in the order partitioning numbered them.
   std::vector<PartitionClass> classes;
   /// The sorted union of the classes' devices; a device's position is its

@@ -30,15 +30,18 @@
 #define POLYMESH_EXECUTION_SUMBOUNDS_H
 
 #include "polymesh/Execution/HostTensor.h"
+#include "polymesh/Execution/JitModule.h"
 #include "polymesh/Execution/Tolerance.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace polymesh::execution {
@@ -51,6 +54,8 @@ struct ReorderedSum {
   /// walk order (tagReductions), and which of its results.
   int64_t opIndex = -1;
   unsigned resultNumber = 0;
+  /// Where the op is, "file:line:col" (empty when unknown): for messages.
+  std::string location;
 };
 
 /// The attribute that tagReductions sets.
@@ -67,6 +72,51 @@ void untagReductions(mlir::ModuleOp module);
 /// any.
 std::vector<std::optional<ReorderedSum>>
 findReorderedSums(mlir::func::FuncOp func);
+
+/// Every float sum over a sharded dimension at the top level of the
+/// propagated, tagged `func` (not inside control flow), in program order:
+/// the sums a lock-step --verify checks where they are computed, then
+/// continues from (docs/execution.md). A sum that is also a result is one
+/// of them.
+std::vector<ReorderedSum> findPartialSums(mlir::func::FuncOp func);
+
+/// Appends to the propagated, tagged `func` one result per sum of `sums`:
+/// the sum moved to its own sharding without unreduced axes (planning adds
+/// the all-reduce), so that a sharded run yields the values that its
+/// devices go on with.
+void returnPartialSums(mlir::func::FuncOp func,
+                       llvm::ArrayRef<ReorderedSum> sums);
+
+/// A copy of the unplanned `module` in which function `name` takes one more
+/// argument per sum of `sums`, after its own, that replaces every use of the
+/// sum, and returns each sum after its own results: the reference that
+/// continues from the sharded run's sums. Calls are specialized first, as
+/// in the sharded program, so that the sums' numbers match.
+llvm::Expected<mlir::OwningOpRef<mlir::ModuleOp>>
+injectPartialSums(mlir::ModuleOp module, llvm::StringRef name,
+                  llvm::ArrayRef<ReorderedSum> sums);
+
+/// The reference of a lock-step comparison: per result of a sharded run
+/// that returned `sums` after the function's `numProgramResults` own
+/// results, what the reference computes when it continues from the sharded
+/// sums (injectPartialSums), and for each sum the bound of its reordered
+/// additions, from magnitudes computed in the same continued copy.
+struct LockStepReference {
+  std::vector<HostTensor> results;
+  std::vector<std::optional<SumBound>> bounds;
+};
+
+/// Runs function `name` of the unplanned `module` continued from
+/// `shardedSums` (the sharded run's returned sums, assembled), on
+/// `inputs`. Errors: the sums or the module do not match, the reference
+/// fails to build or run.
+llvm::Expected<LockStepReference>
+continueFromPartialSums(mlir::ModuleOp module, llvm::StringRef name,
+                        llvm::ArrayRef<ReorderedSum> sums,
+                        size_t numProgramResults,
+                        llvm::ArrayRef<HostTensor> shardedSums,
+                        llvm::ArrayRef<HostTensor> inputs,
+                        const JitOptions &jit = {});
 
 /// Runs function `name` of the unplanned `module` (not modified) on
 /// `inputs` with every op named in `sums` adding |term|, and returns one
