@@ -67,6 +67,11 @@ OUTLINE = {"calls": False}
 # from above with tensor.extract at clamped indices (an embedding lookup,
 # jnp.take): the table must be whole wherever the op runs.
 GATHERS = {"on": False}
+# --inexact-sums: float sums (matmuls, reductions) of values that are not
+# exact, which a sharded run adds in another order: polymesh-run --verify
+# checks each within its bound where it is made and continues from it
+# (lock-step), so everything computed after must still match bit for bit.
+INEXACT = {"on": False}
 
 
 class Invalid(Exception):
@@ -853,7 +858,7 @@ class Gen:
                           and t.shape[1] <= 16)
             if v is None:
                 return
-            if not self.exact[v]:
+            if not self.exact[v] and not INEXACT["on"]:
                 return
             t = self.types[v]
             n = rng.choice([1, 2, 3, 4, 6, 8])
@@ -867,7 +872,7 @@ class Gen:
                 return
             t = self.types[v]
             if t.dtype in FLOATS:
-                if t.dtype in ("f32", "f64") and self.exact[v] and prod(t.shape) <= 256:
+                if t.dtype in ("f32", "f64") and (self.exact[v] or INEXACT["on"]) and prod(t.shape) <= 256:
                     comb = rng.choice(["arith.addf", "arith.maximumf"])
                 else:
                     comb = "arith.maximumf"
@@ -1504,6 +1509,8 @@ def main():
                    help="outline about a third of the computing ops into private helpers called by func.call")
     p.add_argument("--gathers", action="store_true",
                    help="also generate gathers: linalg bodies reading a table from above at clamped indices")
+    p.add_argument("--inexact-sums", action="store_true",
+                   help="also sum floats that are not exact (checked lock-step by polymesh-run --verify)")
     args = p.parse_args()
     if args.seed is None:
         args.seed = random.SystemRandom().randrange(1 << 31)
@@ -1511,6 +1518,7 @@ def main():
     AVOID.update(set(KNOWN) if args.avoid_known else set(args.avoid or []))
     OUTLINE["calls"] = args.calls
     GATHERS["on"] = args.gathers
+    INEXACT["on"] = args.inexact_sums
     if args.emit is not None:
         kind, meshes, funcs = build_module(args.seed, args.emit, args.funcs_per_module, AVOID)
         print(emit_module(meshes, funcs, ["// gen-programs.py --seed %d, module %d (%s)"

@@ -160,17 +160,16 @@ void execution::returnPartialSums(func::FuncOp func,
     if (auto array = dyn_cast<ArrayAttr>(attr))
       attr = array[sum.resultNumber];
     auto partial = cast<ShardingAttr>(attr);
-    auto reduced = ShardingAttr::get(context, partial.getMeshName(),
-                                     partial.getDims(),
-                                     partial.getReplicated(), {});
+    auto reduced =
+        ShardingAttr::get(context, partial.getMeshName(), partial.getDims(),
+                          partial.getReplicated(), {});
     Value value = op->getResult(sum.resultNumber);
     Value moved = ReshardOp::create(builder, op->getLoc(), value.getType(),
                                     value, reduced);
     unsigned index = func.getNumResults();
-    func.insertResult(
-        index, value.getType(),
-        builder.getDictionaryAttr(builder.getNamedAttr(
-            PolymeshDialect::kShardingAttrName, reduced)));
+    func.insertResult(index, value.getType(),
+                      builder.getDictionaryAttr(builder.getNamedAttr(
+                          PolymeshDialect::kShardingAttrName, reduced)));
     terminator->insertOperands(terminator->getNumOperands(), moved);
   }
 }

@@ -709,8 +709,7 @@ void FunctionPartitioner::localizeAlignedReads(Operation &op, Operation *copy,
           continue;
         OpBuilder::InsertionGuard guard(builder);
         builder.setInsertionPoint(extract);
-        Value index =
-            linalg::IndexOp::create(builder, extract.getLoc(), loop);
+        Value index = linalg::IndexOp::create(builder, extract.getLoc(), loop);
         extract.getIndicesMutable()[dim].assign(index);
       }
     });

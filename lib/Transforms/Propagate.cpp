@@ -1146,9 +1146,9 @@ void FunctionPropagator::reshardCaptured(Operation *op) {
   for (Value result : op->getResults())
     if (!placed && isTracked(result))
       placed = lookup(result);
-  SmallVector<AlignedCapture> aligned =
-      placed && isa<linalg::GenericOp>(op) ? getAlignedCaptures(op)
-                                           : SmallVector<AlignedCapture>();
+  SmallVector<AlignedCapture> aligned = placed && isa<linalg::GenericOp>(op)
+                                            ? getAlignedCaptures(op)
+                                            : SmallVector<AlignedCapture>();
   llvm::SmallMapVector<Value, SmallVector<OpOperand *>, 2> captured;
   visitUsedValuesDefinedAbove(op->getRegions(), [&](OpOperand *use) {
     if (isTracked(use->get()) && lookup(use->get()))

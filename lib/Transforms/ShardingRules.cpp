@@ -342,8 +342,7 @@ SmallVector<AlignedCapture> polymesh::getAlignedCaptures(Operation *op) {
   if (!generic)
     return captures;
   SmallVector<int64_t> ranges = generic.getStaticLoopRanges();
-  SmallVector<utils::IteratorType> iterators =
-      generic.getIteratorTypesArray();
+  SmallVector<utils::IteratorType> iterators = generic.getIteratorTypesArray();
   llvm::SetVector<Value> captured;
   visitUsedValuesDefinedAbove(op->getRegions(), [&](OpOperand *use) {
     if (isa<RankedTensorType>(use->get().getType()))
@@ -397,16 +396,15 @@ SmallVector<AlignedCapture> polymesh::getAlignedCaptures(Operation *op) {
 ShardingAttr polymesh::alignedSharding(Operation *op, ShardingAttr placed,
                                        ArrayRef<int64_t> loopOfDim) {
   MLIRContext *context = op->getContext();
-  AffineMap map = cast<linalg::LinalgOp>(op).getIndexingMapMatchingResult(
-      op->getResult(0));
+  AffineMap map =
+      cast<linalg::LinalgOp>(op).getIndexingMapMatchingResult(op->getResult(0));
   SmallVector<DimShardingAttr> dims;
   for (int64_t loop : loopOfDim) {
     ArrayRef<AxisRefAttr> axes;
     if (loop >= 0)
       for (auto [index, expr] : llvm::enumerate(map.getResults()))
         if (auto dim = dyn_cast<AffineDimExpr>(expr);
-            dim && dim.getPosition() == loop &&
-            index < placed.getDims().size())
+            dim && dim.getPosition() == loop && index < placed.getDims().size())
           axes = placed.getDims()[index].getAxes();
     dims.push_back(DimShardingAttr::get(context, axes, /*isClosed=*/true));
   }

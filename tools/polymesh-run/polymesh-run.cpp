@@ -646,8 +646,7 @@ ShardedRunnerOptions shardedOptions() {
   options.jit.optLevel = jitOptLevel;
   // Lock-step comparison of reordered sums (checkPartialSums); one process
   // holds every tile of them only when it runs every device.
-  options.returnPartialSums =
-      verifyResults == VerifyBounded && !multiProcess();
+  options.returnPartialSums = verifyResults == VerifyBounded && !multiProcess();
 #if POLYMESH_HAVE_MPI
   if (backend == "mpi")
     useMpiBackend(options, *mpiWorld, ownership,
@@ -794,8 +793,8 @@ checkPartialSums(const ShardedFunction &function, func::FuncOp func,
   for (size_t i = 0; i < function.numProgramResults; ++i)
     if (function.reorderedSums[i]) {
       step.reference[i] = original[i];
-      step.bounds[i] = i < originalBounds.size() ? originalBounds[i]
-                                                 : std::nullopt;
+      step.bounds[i] =
+          i < originalBounds.size() ? originalBounds[i] : std::nullopt;
     }
   // A sum that a result only moves is named as that result.
   for (const ReorderedSum &sum : function.partialSums) {
@@ -850,10 +849,10 @@ bool reportSharded(func::FuncOp func, llvm::Expected<ShardedOutcome> outcome,
       continue;
     }
     out() << ", FAIL: " << label(i);
-    if (auto leaf = i < numProgramResults
-                        ? func.getResultAttrOfType<StringAttr>(i,
-                                                               "polymesh.leaf")
-                        : StringAttr())
+    if (auto leaf =
+            i < numProgramResults
+                ? func.getResultAttrOfType<StringAttr>(i, "polymesh.leaf")
+                : StringAttr())
       out() << " (leaf \"" << leaf.getValue() << "\")";
     out() << ": " << comparison.failureMessage() << "\n";
     return false;
@@ -1073,14 +1072,13 @@ Outcome runFunction(ReferenceRunner &runner, ShardedRunner *sharded,
                       : llvm::Expected<LockStep>(run.takeError());
       if (!step)
         run = step.takeError();
-      outcome = reportSharded(func, std::move(run),
-                              step ? step->reference : *results, ms,
-                              step ? step->bounds
-                                   : std::vector<std::optional<SumBound>>(),
-                              step ? step->sumLabels
-                                   : std::vector<std::string>())
-                    ? Outcome::Passed
-                    : Outcome::Failed;
+      outcome =
+          reportSharded(
+              func, std::move(run), step ? step->reference : *results, ms,
+              step ? step->bounds : std::vector<std::optional<SumBound>>(),
+              step ? step->sumLabels : std::vector<std::string>())
+              ? Outcome::Passed
+              : Outcome::Failed;
       if (printResults)
         printReferenceResults(func, *results);
       return outcome;

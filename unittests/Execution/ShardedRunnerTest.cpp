@@ -375,9 +375,8 @@ TEST_F(ShardedRunnerTest, LockStepContinuesFromTheShardedSums) {
 
   auto check = [&](const HostTensor &shardedSum, const ShardedTensor &squares,
                    const ShardedTensor &sums) {
-    auto continued = continueFromPartialSums(*module, "mm_sq",
-                                             function->partialSums, 1,
-                                             {shardedSum}, {a, b});
+    auto continued = continueFromPartialSums(
+        *module, "mm_sq", function->partialSums, 1, {shardedSum}, {a, b});
     EXPECT_TRUE(bool(continued)) << llvm::toString(continued.takeError());
     if (!continued)
       return std::pair{false, false};

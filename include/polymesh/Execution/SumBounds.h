@@ -110,13 +110,11 @@ struct LockStepReference {
 /// `shardedSums` (the sharded run's returned sums, assembled), on
 /// `inputs`. Errors: the sums or the module do not match, the reference
 /// fails to build or run.
-llvm::Expected<LockStepReference>
-continueFromPartialSums(mlir::ModuleOp module, llvm::StringRef name,
-                        llvm::ArrayRef<ReorderedSum> sums,
-                        size_t numProgramResults,
-                        llvm::ArrayRef<HostTensor> shardedSums,
-                        llvm::ArrayRef<HostTensor> inputs,
-                        const JitOptions &jit = {});
+llvm::Expected<LockStepReference> continueFromPartialSums(
+    mlir::ModuleOp module, llvm::StringRef name,
+    llvm::ArrayRef<ReorderedSum> sums, size_t numProgramResults,
+    llvm::ArrayRef<HostTensor> shardedSums, llvm::ArrayRef<HostTensor> inputs,
+    const JitOptions &jit = {});
 
 /// Runs function `name` of the unplanned `module` (not modified) on
 /// `inputs` with every op named in `sums` adding |term|, and returns one
