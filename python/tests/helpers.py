@@ -160,7 +160,10 @@ def assert_at_least_as_sharded_as_jax(fn, args, program) -> Any:
         leaf = pj.format_path(path) or "result"
         ours = resolution.out_shardings
         for key in path:
-            ours = ours[getattr(key, "key", getattr(key, "idx", None))]
+            if hasattr(key, "name"):  # a namedtuple's field (optax states)
+                ours = getattr(ours, key.name)
+            else:
+                ours = ours[getattr(key, "key", getattr(key, "idx", None))]
         shape = next(r for r in program.results if r.path == leaf).type
         extents = tuple(int(d) for d in shape[len("tensor<"):].split("x")[:-1])
         assert ours.num_devices == jax_sharding.num_devices
