@@ -78,3 +78,31 @@ def test_resolve_out_shardings_takes_unmapped():
         warnings.simplefilter("ignore", pj.PolymeshWarning)
         out = pj.resolve_out_shardings(f, x, unmapped="opaque")
     assert out.mesh is mesh
+
+
+def test_polymesh_opt_is_kept_between_resolves(monkeypatch):
+    """resolve() talks to one `polymesh-opt --serve` process per set of
+    options: the second call starts none, an input that fails does not end
+    it, and POLYMESH_JAX_SERVE=0 runs a process per call with the same
+    answers."""
+    from polymesh_jax import _tools
+
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
+    x = jax.device_put(jnp.zeros((8, 16)), NamedSharding(mesh, P("data", "model")))
+
+    def f(x):
+        return jnp.tanh(x) * 2
+
+    first = pj.resolve_out_shardings(f, x)
+    servers = {key: server.process.pid for key, server in _tools._SERVERS.items()}
+    assert servers, "no polymesh-opt --serve process was kept"
+    assert pj.resolve_out_shardings(f, x) == first
+    assert {key: server.process.pid for key, server in _tools._SERVERS.items()} == servers
+
+    with pytest.raises(pj.ToolError, match="custom op 'this' is unknown"):
+        _tools.propagate("this is not IR")
+    assert pj.resolve_out_shardings(f, x) == first
+    assert all(server.process.poll() is None for server in _tools._SERVERS.values())
+
+    monkeypatch.setenv("POLYMESH_JAX_SERVE", "0")
+    assert pj.resolve_out_shardings(f, x) == first
