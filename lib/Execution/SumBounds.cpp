@@ -126,6 +126,19 @@ std::optional<ReorderedSum> asReorderedSum(linalg::LinalgOp op, unsigned r) {
                       llvm::StringRef(location).rtrim(": ").str()};
 }
 
+/// A copy of `module` with its calls specialized, as ShardedRunner does
+/// before it numbers reductions, and its function `name`.
+llvm::Expected<std::pair<OwningOpRef<ModuleOp>, func::FuncOp>>
+specializedCopy(ModuleOp module, llvm::StringRef name) {
+  OwningOpRef<ModuleOp> copy(module.clone());
+  if (failed(inlineCallsForPropagation(*copy, kDefaultMaxSpecializedOps)))
+    return error("the calls of @" + name + " cannot be specialized");
+  auto func = copy->lookupSymbol<func::FuncOp>(name);
+  if (!func || func.isExternal())
+    return error("no function named @" + name + " with a body");
+  return std::pair{std::move(copy), func};
+}
+
 /// The linalg ops of `func` in tagReductions' numbering (walk order).
 std::vector<linalg::LinalgOp> numberedOps(func::FuncOp func) {
   std::vector<linalg::LinalgOp> ops;
@@ -177,12 +190,10 @@ void execution::returnPartialSums(func::FuncOp func,
 llvm::Expected<OwningOpRef<ModuleOp>>
 execution::injectPartialSums(ModuleOp module, llvm::StringRef name,
                              llvm::ArrayRef<ReorderedSum> sums) {
-  OwningOpRef<ModuleOp> copy(module.clone());
-  if (failed(inlineCallsForPropagation(*copy, kDefaultMaxSpecializedOps)))
-    return error("the calls of @" + name + " cannot be specialized");
-  auto func = copy->lookupSymbol<func::FuncOp>(name);
-  if (!func || func.isExternal())
-    return error("no function named @" + name + " with a body");
+  auto specialized = specializedCopy(module, name);
+  if (!specialized)
+    return specialized.takeError();
+  auto &[copy, func] = *specialized;
   std::vector<linalg::LinalgOp> ops = numberedOps(func);
   Operation *terminator = func.getBody().back().getTerminator();
   for (const ReorderedSum &sum : sums) {
@@ -259,18 +270,14 @@ execution::computeSumBounds(ModuleOp module, llvm::StringRef name,
   if (llvm::none_of(sums, [](const auto &sum) { return sum.has_value(); }))
     return bounds;
   module.getContext()->getOrLoadDialect<math::MathDialect>();
-  OwningOpRef<ModuleOp> magnitudes(module.clone());
-  // The same op structure as the sharded program's (ShardedRunner
-  // specializes calls before it numbers reductions).
-  if (failed(inlineCallsForPropagation(*magnitudes, kDefaultMaxSpecializedOps)))
-    return error("the calls of @" + name + " cannot be specialized");
-  auto func = magnitudes->lookupSymbol<func::FuncOp>(name);
-  if (!func || func.isExternal())
-    return error("no function named @" + name + " with a body");
+  // The same op structure as the sharded program's.
+  auto specialized = specializedCopy(module, name);
+  if (!specialized)
+    return specialized.takeError();
+  auto &[magnitudes, func] = *specialized;
 
   // The ops to rewrite, found by the same numbering as tagReductions'.
-  std::vector<linalg::LinalgOp> ops;
-  func.walk([&](linalg::LinalgOp op) { ops.push_back(op); });
+  std::vector<linalg::LinalgOp> ops = numberedOps(func);
   llvm::DenseMap<int64_t, std::vector<unsigned>> resultsOf;
   for (const std::optional<ReorderedSum> &sum : sums)
     if (sum) {

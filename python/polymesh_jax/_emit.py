@@ -952,7 +952,14 @@ def _broadcast(e: FunctionEmitter, op: ir.Operation):
 @handles("stablehlo.iota")
 def _iota(e: FunctionEmitter, op: ir.Operation):
     t = TensorType(str(op.results[0].type))
-    dim = int(ir.IntegerAttr(op.attributes["iota_dimension"]).value)
+    if not (t.is_float or t.is_int):
+        raise UnmappedOpError(op.name, describe_location(op.location, op), f"of {t.elem}")
+    return [_emit_iota(e, t, int(ir.IntegerAttr(op.attributes["iota_dimension"]).value))]
+
+
+def _emit_iota(e: FunctionEmitter, t: TensorType, dim: int) -> str:
+    """A tensor of type `t` (integers or floats) holding each element's
+    index along `dim`: a linalg.generic over linalg.index."""
     init = e.empty(str(t))
     name = e.fresh()
     loops = ", ".join(f"d{i}" for i in range(t.rank))
@@ -964,13 +971,11 @@ def _iota(e: FunctionEmitter, op: ir.Operation):
     if t.is_float:
         e.cont("  %n = arith.index_cast %i : index to i64")
         e.cont(f"  %v = arith.sitofp %n : i64 to {t.elem}")
-    elif t.is_int:
-        e.cont(f"  %v = arith.index_cast %i : index to {t.elem}")
     else:
-        raise UnmappedOpError(op.name, describe_location(op.location, op), f"of {t.elem}")
+        e.cont(f"  %v = arith.index_cast %i : index to {t.elem}")
     e.cont(f"  linalg.yield %v : {t.elem}")
     e.cont(f"}} -> {t}")
-    return [name]
+    return name
 
 
 def _cast_scalar(src: str, dst: str, value: str, out: str) -> list[str]:
@@ -1719,17 +1724,7 @@ def _top_k(e: FunctionEmitter, op: ir.Operation):
         raise UnmappedOpError(op.name, where, f"on {xt.elem}")
     dim = xt.rank - 1
     iota_type = TensorType(tensor_type(xt.shape, indices_type.elem))
-    iota = e.define(f"tensor.empty() : {iota_type}")
-    positions = e.fresh()
-    loops = ", ".join(f"d{i}" for i in range(xt.rank))
-    parallel = ", ".join(['"parallel"'] * xt.rank)
-    e.emit(f"{positions} = linalg.generic {{indexing_maps = [affine_map<({loops}) -> ({loops})>], "
-           f"iterator_types = [{parallel}]}} outs({iota} : {iota_type}) {{")
-    e.cont(f"^bb0(%out: {indices_type.elem}):")
-    e.cont(f"  %i = linalg.index {dim} : index")
-    e.cont(f"  %p = arith.index_cast %i : index to {indices_type.elem}")
-    e.cont(f"  linalg.yield %p : {indices_type.elem}")
-    e.cont(f"}} -> {iota_type}")
+    positions = _emit_iota(e, iota_type, dim)
 
     def greater(lhs: list[str], rhs: list[str], prefix: str) -> tuple[list[str], str]:
         lines: list[str] = []

@@ -173,3 +173,32 @@ def assert_at_least_as_sharded_as_jax(fn, args, program) -> Any:
 
 def _tile(sharding, shape) -> int:
     return int(np.prod(sharding.shard_shape(shape))) if shape else 1
+
+
+def check_bridge_program(fn, args, rtol: float = 1e-5, contains_any: tuple = ()) -> Any:
+    """The checks every program suite makes: the export has no opaque op and
+    no StableHLO or CHLO op left (and one of `contains_any`, if given),
+    propagation meets no op without a rule, every leaf is at least as
+    sharded as JAX's own compilation, the reference computes JAX's values,
+    and polymesh-run --verify passes. Returns the resolution."""
+    program = pj.export_program(fn, args)
+    assert program.opaque_ops == [], program.opaque_ops
+    assert "stablehlo." not in program.text and "chlo." not in program.text, program.text
+    if contains_any:
+        assert any(op in program.text for op in contains_any), program.text
+    warnings = propagate_warnings(program.text)
+    assert "no sharding rule" not in warnings, warnings
+    resolution = assert_at_least_as_sharded_as_jax(fn, args, program)
+    check_reference_matches_jax(fn, args, rtol=rtol)
+    assert_verifies(program.text)
+    return resolution
+
+
+def check_explicit_program(mesh, fn, args, **options) -> Any:
+    """check_bridge_program under `jax.set_mesh(mesh)` (Explicit axes), and
+    every leaf on the user's own Mesh object."""
+    with jax.set_mesh(mesh):
+        resolution = check_bridge_program(fn, args, **options)
+    for leaf in jax.tree_util.tree_leaves(resolution.out_shardings):
+        assert leaf.mesh is mesh
+    return resolution

@@ -19,9 +19,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-import polymesh_jax as pj
-from helpers import (assert_at_least_as_sharded_as_jax, assert_verifies, check_reference_matches_jax,
-                     propagate_warnings)
+from helpers import assert_verifies, check_bridge_program, check_explicit_program
 
 
 def scan_layers(h, w, b):
@@ -145,32 +143,14 @@ CONTROL_FLOW = ("scf.while", "scf.index_switch", "scf.if")
 @pytest.mark.parametrize("name", NAMES)
 def test_control_flow_programs(name, devices):
     fn, args = cases(devices)[name]
-    check_program(fn, args)
+    check_bridge_program(fn, args, contains_any=CONTROL_FLOW)
 
 
 @pytest.mark.parametrize("devices", [8, 32])
 @pytest.mark.parametrize("name", NAMES)
 def test_control_flow_programs_explicit_axes(name, devices):
     mesh, found = programs(devices, explicit=True)
-    fn, args = found[name]
-    with jax.set_mesh(mesh):
-        resolution = check_program(fn, args)
-    # Every leaf on the user's own Mesh object.
-    for leaf in jax.tree_util.tree_leaves(resolution.out_shardings):
-        assert leaf.mesh is mesh
-
-
-def check_program(fn, args):
-    program = pj.export_program(fn, args)
-    assert program.opaque_ops == [], program.opaque_ops
-    assert any(op in program.text for op in CONTROL_FLOW), program.text
-    assert "stablehlo." not in program.text
-    warnings = propagate_warnings(program.text)
-    assert "no sharding rule" not in warnings, warnings
-    resolution = assert_at_least_as_sharded_as_jax(fn, args, program)
-    check_reference_matches_jax(fn, args)
-    assert_verifies(program.text)
-    return resolution
+    check_explicit_program(mesh, *found[name], contains_any=CONTROL_FLOW)
 
 
 def test_stablehlo_if_becomes_scf_if():

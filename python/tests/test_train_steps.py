@@ -20,9 +20,7 @@ import optax
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-import polymesh_jax as pj
-from helpers import (assert_at_least_as_sharded_as_jax, assert_verifies, check_reference_matches_jax,
-                     propagate_warnings)
+from helpers import check_bridge_program, check_explicit_program
 
 
 def mlp_loss(params, x, y, hidden_spec=None, out_spec=None):
@@ -111,27 +109,11 @@ NAMES = ["sgd_step", "adamw_step", "block_step"]
 @pytest.mark.parametrize("name", NAMES)
 def test_train_steps(name, devices):
     fn, args = programs(devices)[1][name]
-    check_program(fn, args)
+    check_bridge_program(fn, args, rtol=1e-4)
 
 
 @pytest.mark.parametrize("devices", [8, 32])
 @pytest.mark.parametrize("name", NAMES)
 def test_train_steps_explicit_axes(name, devices):
     mesh, found = programs(devices, explicit=True)
-    fn, args = found[name]
-    with jax.set_mesh(mesh):
-        resolution = check_program(fn, args)
-    for leaf in jax.tree_util.tree_leaves(resolution.out_shardings):
-        assert leaf.mesh is mesh
-
-
-def check_program(fn, args):
-    program = pj.export_program(fn, args)
-    assert program.opaque_ops == [], program.opaque_ops
-    assert "stablehlo." not in program.text and "chlo." not in program.text
-    warnings = propagate_warnings(program.text)
-    assert "no sharding rule" not in warnings, warnings
-    resolution = assert_at_least_as_sharded_as_jax(fn, args, program)
-    check_reference_matches_jax(fn, args, rtol=1e-4)
-    assert_verifies(program.text)
-    return resolution
+    check_explicit_program(mesh, *found[name], rtol=1e-4)
