@@ -1061,6 +1061,18 @@ _COMBINERS = {
 }
 
 
+def _single_combiner(op: ir.Operation, t: TensorType, where: str, what: str) -> str:
+    """The arith op of a region that combines its two arguments with one
+    add/mul/max/min/and/or and returns the result (a reduce's or a
+    reduce_window's body)."""
+    body = [o.operation for o in op.regions[0].blocks[0].operations]
+    block_args = list(op.regions[0].blocks[0].arguments)
+    if (len(body) != 2 or body[0].name not in _COMBINERS or body[1].name != "stablehlo.return"
+            or set(body[0].operands) != set(block_args) or list(body[1].operands) != [body[0].results[0]]):
+        raise UnmappedOpError(op.name, where, f"{what} other than one add/mul/max/min/and/or")
+    return _pick(_COMBINERS[body[0].name], t, op)
+
+
 @handles("stablehlo.reduce")
 def _reduce(e: FunctionEmitter, op: ir.Operation):
     where = describe_location(op.location, op)
@@ -1070,12 +1082,7 @@ def _reduce(e: FunctionEmitter, op: ir.Operation):
     xt = TensorType(str(x_value.type))
     ot = TensorType(str(op.results[0].type))
     dims = sorted(_i64s(op.attributes["dimensions"]))
-    body = [o.operation for o in op.regions[0].blocks[0].operations]
-    block_args = list(op.regions[0].blocks[0].arguments)
-    if (len(body) != 2 or body[0].name not in _COMBINERS or body[1].name != "stablehlo.return"
-            or set(body[0].operands) != set(block_args) or list(body[1].operands) != [body[0].results[0]]):
-        raise UnmappedOpError(op.name, where, "a reduction body other than one add/mul/max/min/and/or")
-    combiner = _pick(_COMBINERS[body[0].name], xt, op)
+    combiner = _single_combiner(op, xt, where, "a reduction body")
     # The initial value: a scalar for linalg.fill.
     init = _scalar_of(e, init_value, ot.elem)
     acc = e.filled(str(ot), init, ot.elem)
@@ -1832,12 +1839,7 @@ def _reduce_window(e: FunctionEmitter, op: ir.Operation):
         raise UnmappedOpError(op.name, where, "base dilations (a transposed convolution's window)")
     if any(p < 0 for p in padding):
         raise UnmappedOpError(op.name, where, "negative padding")
-    body = [o.operation for o in op.regions[0].blocks[0].operations]
-    block_args = list(op.regions[0].blocks[0].arguments)
-    if (len(body) != 2 or body[0].name not in _COMBINERS or body[1].name != "stablehlo.return"
-            or set(body[0].operands) != set(block_args) or list(body[1].operands) != [body[0].results[0]]):
-        raise UnmappedOpError(op.name, where, "a window body other than one add/mul/max/min/and/or")
-    combiner = _pick(_COMBINERS[body[0].name], xt, op)
+    combiner = _single_combiner(op, xt, where, "a window body")
     init = _scalar_of(e, init_value, ot.elem)
     x = e.value(x_value)
     low, high = padding[0::2], padding[1::2]
