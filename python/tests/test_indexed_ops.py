@@ -1,6 +1,7 @@
-"""Programs built on scatter, sort, top_k and reduce_window (issue 15): an
-embedding trained by SGD (its gradient is a scatter-add at the token ids),
-a mixture-of-experts router (softmax, then top_k), packed-sequence
+"""Programs built on gather, scatter, sort, top_k and reduce_window (issue
+15): an embedding trained by SGD (its gradient is a scatter-add at the
+token ids), an embedding with tied logits, a mixture-of-experts router
+(softmax, then top_k), packed-sequence
 positions (a cumsum, then a gather), max pooling over an image batch, a
 per-example KV-cache write (a batched scatter under vmap) and a beam
 search's ranking (argsort, then take_along_axis). Each exports with no
@@ -32,6 +33,19 @@ def embedding_sgd_step(table, head, ids, targets):
         return jnp.sum((h @ head) * targets)
     g_table, g_head = jax.grad(loss, argnums=(0, 1))(table, head)
     return table - 0.125 * g_table, head - 0.125 * g_head
+
+
+def embed_tied_logits(table, ids):
+    """A language model's two ends: token embeddings (a gather of table rows
+    split by columns) and logits against the same table (the tied output
+    layer, a sum over the split features)."""
+    h = jnp.tanh(table[ids])
+    return jnp.einsum("btd,vd->btv", h, table)
+
+
+def embed_tied_logits_explicit(table, ids):
+    h = jnp.tanh(table.at[ids].get(out_sharding=P("data", None, "model")))
+    return jnp.einsum("btd,vd->btv", h, table, out_sharding=P("data"))
 
 
 def moe_router(x, w):
@@ -114,6 +128,8 @@ def programs(devices, explicit=False):
         "embedding_sgd_step": (embedding_sgd_step_explicit if explicit else embedding_sgd_step, (
             put((96, width), P(None, "model")), put((width, 16), P("model")),
             put((batch, 8), P("data"), np.int32), put((batch, 8, 16), P("data")))),
+        "embed_tied_logits": (embed_tied_logits_explicit if explicit else embed_tied_logits, (
+            put((96, width), P(None, "model")), put((batch, 8), P("data"), np.int32))),
         "moe_router": (moe_router, (put((batch, 6, width), P("data")), put((width, 8), P()))),
         "packed_positions": (packed_positions_explicit if explicit else packed_positions, (
             put((batch, 16), P("data"), np.int32), put((batch, 16, width), P("data", None, "model")),
@@ -126,7 +142,7 @@ def programs(devices, explicit=False):
     }
 
 
-NAMES = ["embedding_sgd_step", "moe_router", "packed_positions", "max_pool", "kv_cache_write", "beam_rank"]
+NAMES = ["embedding_sgd_step", "embed_tied_logits", "moe_router", "packed_positions", "max_pool", "kv_cache_write", "beam_rank"]
 
 
 @pytest.mark.parametrize("devices", [8, 32])
