@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Writes the pod-scale program of docs/benchmarks.md ("Scale"): four
+reshards on a 3D-parallel mesh ["dp"=D, "fsdp"=16, "tp"=16] of 256*D devices.
+
+  gen_pod_program.py DEVICES [--only=NAME] > pod.mlir
+
+The four functions (each one reshard, so that a run can time them alone):
+  @fsdp_to_tp     [{"dp","fsdp"},{"tp"}] -> [{"dp"},{"fsdp","tp"}]
+  @gather_fsdp    [{"dp","fsdp"},{"tp"}] -> [{"dp"},{"tp"}]  (all-gather of fsdp)
+  @reduce_dp      [{"fsdp"},{"tp"}], unreduced={"dp"} -> [{"fsdp"},{"tp"}]
+  @stage_handoff  the first half of the pod -> the second half, same sharding
+"""
+import argparse
+import sys
+
+FUNCTIONS = ("fsdp_to_tp", "gather_fsdp", "reduce_dp", "stage_handoff")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("devices", type=int,
+                        help="256 times a power of two")
+    parser.add_argument("--only", choices=FUNCTIONS)
+    args = parser.parse_args()
+    n = args.devices
+    dp = n // 256
+    if n % 256 or dp & (dp - 1):
+        sys.exit("error: DEVICES must be 256 times a power of two")
+    half = n // 2
+    # Each stage is half the pod: half of "dp", or of "fsdp" when dp is 1.
+    stage_axes = (f'["dp"={dp // 2}, "fsdp"=16, "tp"=16]' if dp > 1 else
+                  '["dp"=1, "fsdp"=8, "tp"=16]')
+    # dim 0 divides by dp*fsdp, dim 1 by fsdp*tp; 64 KiB rows keep every tile
+    # a few KiB at 65,536 devices.
+    rows = 64 * dp * 16
+    cols = 16 * 16 * 8
+    t = f"tensor<{rows}x{cols}xf32>"
+    out = sys.stdout.write
+    out(f'polymesh.mesh @pod = <["dp"={dp}, "fsdp"=16, "tp"=16]>\n')
+    out(f'polymesh.mesh @stage0 = <{stage_axes}, device_ids=[{", ".join(map(str, range(half)))}]>\n')
+    out(f'polymesh.mesh @stage1 = <{stage_axes}, device_ids=[{", ".join(map(str, range(half, n)))}]>\n')
+
+    def func(name, src, dst):
+        if args.only and args.only != name:
+            return
+        out(f"\nfunc.func @{name}(%x: {t} {{polymesh.sharding = "
+            f"#polymesh.sharding<{src}>}}) -> {t} {{\n"
+            f"  %0 = polymesh.reshard %x <{dst}> : {t}\n"
+            f"  return %0 : {t}\n}}\n")
+
+    func("fsdp_to_tp", '@pod, [{"dp", "fsdp"}, {"tp"}]',
+         '@pod, [{"dp"}, {"fsdp", "tp"}]')
+    func("gather_fsdp", '@pod, [{"dp", "fsdp"}, {"tp"}]',
+         '@pod, [{"dp"}, {"tp"}]')
+    func("reduce_dp", '@pod, [{"fsdp"}, {"tp"}], unreduced={"dp"}',
+         '@pod, [{"fsdp"}, {"tp"}]')
+    func("stage_handoff", '@stage0, [{"dp", "fsdp"}, {"tp"}]',
+         '@stage1, [{"dp", "fsdp"}, {"tp"}]')
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Scale benchmark (docs/benchmarks.md, "Scale"): the four reshards of
+# gen_pod_program.py on a pod mesh ["dp"=N/256, "fsdp"=16, "tp"=16], at each
+# device count N given (default 256 1024 4096 16384 65536).
+#
+#   benchmarks/scale/run_scale_bench.sh [N ...]
+#
+# For each N it prints the medians over REPS runs of:
+#   plan ms/reshard  --polymesh-plan's own time (--mlir-timing) over the 4
+#                    reshards, divided by 4
+#   cpu s, cpu MiB, cpu out MB
+#                    --polymesh-pipeline=target=cpu: wall time, peak resident
+#                    memory, size of the output (bytecode)
+#   cuda s, cuda MiB, cuda out MB  the same for target=cuda
+# A run that exceeds TIMEOUT seconds or LIMIT_MIB of memory is reported as
+# such and the larger N are skipped for that measure.
+#
+# Environment: REPS=5, TIMEOUT=300, LIMIT_MIB=16384, BUILD_DIR=build,
+# POLYMESH_OPT, KEEP_DIR (keep the programs and outputs there).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+reps=${REPS:-5}
+timeout_s=${TIMEOUT:-300}
+limit_mib=${LIMIT_MIB:-16384}
+build_dir=${BUILD_DIR:-$root/build}
+polymesh_opt=${POLYMESH_OPT:-$build_dir/bin/polymesh-opt}
+python=${PYTHON:-python3}
+if [ "$#" -gt 0 ]; then ns=("$@"); else ns=(256 1024 4096 16384 65536); fi
+
+if [ ! -x "$polymesh_opt" ]; then
+  echo "== building polymesh-opt in $build_dir" >&2
+  [ -f "$build_dir/build.ninja" ] || cmake -S "$root" -B "$build_dir" -G Ninja >&2
+  cmake --build "$build_dir" --target polymesh-opt >&2
+fi
+if [ -n "${KEEP_DIR:-}" ]; then
+  work=$KEEP_DIR; mkdir -p "$work"
+else
+  work=$(mktemp -d "${TMPDIR:-/tmp}/polymesh-scale-bench.XXXXXX")
+  trap 'rm -rf "$work"' EXIT
+fi
+
+median() { sort -g | awk '{ v[NR] = $1 } END {
+  if (NR == 0) { print "-"; exit }
+  print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# Runs polymesh-opt under the time and memory limits; prints
+# "<wall s> <peak MiB> <output bytes>" or "timeout" / "memory" / "error".
+measure() { # input output args...
+  local input=$1 output=$2; shift 2
+  local stats=$work/time.txt rc=0
+  ( ulimit -v $((limit_mib * 1024))
+    exec timeout "$timeout_s" /usr/bin/time -f '%e %M' -o "$stats" \
+      "$polymesh_opt" "$@" --emit-bytecode -o "$output" "$input" \
+      2> "$work/stderr.txt" ) || rc=$?
+  if [ "$rc" -eq 124 ]; then echo timeout; return; fi
+  if [ "$rc" -ne 0 ]; then
+    if grep -q -i "alloc\|memory" "$work/stderr.txt"; then echo memory
+    else echo error; sed -n 1,5p "$work/stderr.txt" >&2; fi
+    return
+  fi
+  read -r wall kib < <(tail -1 "$stats")
+  echo "$wall $((kib / 1024)) $(stat -c %s "$output")"
+}
+
+printf '%-8s %14s | %8s %9s %10s | %8s %9s %10s\n' devices "plan ms/reshard" \
+  "cpu s" "cpu MiB" "cpu out MB" "cuda s" "cuda MiB" "cuda out MB"
+declare -A stopped
+for n in "${ns[@]}"; do
+  program=$work/pod-$n.mlir
+  "$python" "$here/gen_pod_program.py" "$n" > "$program"
+  row=()
+  # Planning: --polymesh-plan's own time, from --mlir-timing.
+  if [ -z "${stopped[plan]:-}" ]; then
+    plans=()
+    for _ in $(seq "$reps"); do
+      if ! timeout "$timeout_s" "$polymesh_opt" --polymesh-plan --mlir-timing \
+          --emit-bytecode -o /dev/null "$program" 2> "$work/timing.txt"; then
+        stopped[plan]=1; break
+      fi
+      plans+=("$(awk '$NF == "PolymeshPlan" { print $1 * 1000 / 4 }' \
+        "$work/timing.txt")")
+    done
+    if [ -n "${stopped[plan]:-}" ]; then row+=("timeout")
+    else row+=("$(printf '%s\n' "${plans[@]}" | median)"); fi
+  else
+    row+=("skipped")
+  fi
+  for target in cpu cuda; do
+    if [ -n "${stopped[$target]:-}" ]; then row+=(skipped - -); continue; fi
+    walls=(); mibs=(); sizes=()
+    for _ in $(seq "$reps"); do
+      result=$(measure "$program" "$work/out-$target-$n.mlirbc" \
+        "--polymesh-pipeline=target=$target")
+      case $result in
+        timeout|memory|error) stopped[$target]=$result; break ;;
+      esac
+      read -r wall mib size <<< "$result"
+      walls+=("$wall"); mibs+=("$mib"); sizes+=("$size")
+    done
+    if [ -n "${stopped[$target]:-}" ]; then
+      row+=("${stopped[$target]}" - -)
+    else
+      row+=("$(printf '%s\n' "${walls[@]}" | median)"
+            "$(printf '%s\n' "${mibs[@]}" | median)"
+            "$(printf '%s\n' "${sizes[@]}" | median | awk '{ printf "%.2f", $1 / 1e6 }')")
+    fi
+  done
+  printf '%-8s %14s | %8s %9s %10s | %8s %9s %10s\n' "$n" "${row[@]}"
+done
