@@ -158,7 +158,7 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   int64_t outer = s.outerDims;
   int64_t copyColumns = kFixedCopyColumns + 3 * outer;
 
-  std::vector<int64_t> copies, comms, ranges;
+  std::vector<int64_t> copies, comms, ranges, members;
   auto addCopies = [&](const std::vector<planner::CopyRow> &rows) {
     for (const planner::CopyRow &row : rows) {
       tables.hasAccumulate |= row.kind == planner::CopyKind::Accumulate;
@@ -175,9 +175,21 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   };
   for (const planner::Segment &segment : s.segments) {
     bool sendRecv = segment.method == planner::SegmentMethod::SendRecv;
+    std::vector<int64_t> groupBegin;
+    for (const std::vector<int64_t> &group : segment.groups) {
+      groupBegin.push_back(members.size());
+      members.insert(members.end(), group.begin(), group.end());
+    }
     for (int64_t p = 0; p < numDevices; ++p) {
       const planner::DeviceSegment &mine = segment.perDevice[p];
       int64_t range[kRangeColumns];
+      llvm::ArrayRef<int64_t> group;
+      range[kMembersBegin] = range[kMembersEnd] = 0;
+      if (mine.group >= 0) {
+        group = segment.groups[mine.group];
+        range[kMembersBegin] = groupBegin[mine.group];
+        range[kMembersEnd] = range[kMembersBegin] + group.size();
+      }
       range[kBeforeBegin] = copies.size() / copyColumns;
       addCopies(mine.before);
       range[kBeforeEnd] = copies.size() / copyColumns;
@@ -186,8 +198,7 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
       for (const planner::CommRow &row : mine.comm) {
         int64_t rank;
         if (isCollective(segment.method))
-          rank =
-              llvm::find(segment.members, row.peer) - segment.members.begin();
+          rank = llvm::find(group, row.peer) - group.begin();
         else
           rank = llvm::lower_bound(devices, row.peer) - devices.begin();
         // Pack ranges mean something in send/recv segments only (0, 0
@@ -222,13 +233,9 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
       {static_cast<int64_t>(s.segments.size()) * numDevices, kRangeColumns},
       ranges);
   tables.staging = addGlobal(prefix + "_staging", {numDevices}, s.stagingBytes);
-  for (auto [index, segment] : llvm::enumerate(s.segments)) {
-    tables.members.emplace_back();
-    if (isCollective(segment.method))
-      tables.members.back() = addGlobal(
-          prefix + "_members" + std::to_string(index),
-          {static_cast<int64_t>(segment.members.size())}, segment.members);
-  }
+  if (!members.empty())
+    tables.members = addGlobal(prefix + "_members",
+                               {static_cast<int64_t>(members.size())}, members);
   return &tables;
 }
 

@@ -7,7 +7,7 @@
 // Both lowerings of polymesh.exchange (CPU and CUDA) run the same per-device
 // schedule (planner::scheduleForDevices) from the same tables: memref.global
 // constants of copy rows, communication rows, per (segment, position) row
-// ranges, staging sizes and broadcast members, built once per plan.
+// ranges, staging sizes and collective groups, built once per plan.
 //
 //===----------------------------------------------------------------------===//
 
@@ -56,13 +56,17 @@ enum RangeColumn : int64_t {
   /// first (kPacksBegin/kPacksEnd); the rows from here to kBeforeEnd may
   /// run after the calls are posted.
   kPackedEnd,
+  /// Collective segments: the device's group as rows [begin, end) of the
+  /// plan's members table (empty when the device joins none).
+  kMembersBegin,
+  kMembersEnd,
   kRangeColumns
 };
 /// Columns of a communication row: the peer (or broadcast root) as a device
 /// id and as a rank (its position in the program's devices, or the root's
-/// index among a broadcast's members; for the other collectives the peer is
-/// the caller and the rank its own index among the members), for runtimes
-/// that address ranks.
+/// index in the broadcast's group; for the other collectives the peer is
+/// the caller and the rank its own index in its group), for runtimes that
+/// address ranks.
 enum CommColumn : int64_t {
   kCommKind,
   kPeer,
@@ -87,17 +91,14 @@ std::optional<int32_t> runtimeSumDtype(mlir::Type element);
 /// NCCL's ncclDataType_t for the same types.
 std::optional<int32_t> ncclSumDtype(mlir::Type element);
 
-/// Whether a segment calls one collective over Segment::members.
-inline bool isCollective(planner::SegmentMethod method) {
-  return method != planner::SegmentMethod::Local &&
-         method != planner::SegmentMethod::SendRecv;
-}
+using planner::isCollective;
 
 /// The globals holding one plan's schedule.
 struct PlanTables {
   planner::DeviceSchedule schedule;
-  std::string copies, ranges, comms, staging;
-  std::vector<std::string> members; // per segment; empty when unused
+  /// `members` holds every collective group of every segment, one after
+  /// the other (empty when the plan has none).
+  std::string copies, ranges, comms, staging, members;
   bool hasAccumulate = false;
   bool hasZero = false;
 };

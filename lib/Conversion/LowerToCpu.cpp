@@ -32,6 +32,7 @@
 #include "mlir/Pass/PassManager.h"
 
 #include <map>
+#include <tuple>
 
 namespace polymesh {
 #define GEN_PASS_DEF_POLYMESHLOWERTOCPU
@@ -165,6 +166,12 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
                                         tables.comms);
   Value ranges = memref::GetGlobalOp::create(
       builder, loc, globalType(tables.ranges), tables.ranges);
+  // Every collective group of the plan, one after the other; a segment's
+  // range row says where the device's own group is.
+  Value membersAddress;
+  if (!tables.members.empty())
+    membersAddress = e.address(memref::GetGlobalOp::create(
+        builder, loc, globalType(tables.members), tables.members));
 
   auto baseOf = [&](Value space) {
     Value isSource = e.eq(space, 0);
@@ -266,6 +273,13 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
     auto range = [&](int64_t c) {
       return e.toIndex(e.load(ranges, {rangeRow, e.index(c)}));
     };
+    // The caller's group: a pointer into the members table and its size.
+    auto group = [&]() -> std::pair<Value, Value> {
+      Value begin = e.load(ranges, {rangeRow, e.index(kMembersBegin)});
+      Value end = e.load(ranges, {rangeRow, e.index(kMembersEnd)});
+      Value at = e.add(membersAddress, e.mul(begin, e.i64(sizeof(int64_t))));
+      return {e.pointer(at), arith::SubIOp::create(builder, loc, end, begin)};
+    };
     bool sendRecv = segment.method == planner::SegmentMethod::SendRecv;
     // Send/recv segments pack each box right before its send, inside the
     // group, so that it leaves while the next one is packed; the copies no
@@ -305,22 +319,20 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
             },
             [&]() { runCopies(range(kBeforeBegin), range(kBeforeEnd)); });
       } else if (segment.method == planner::SegmentMethod::Broadcast) {
-        int64_t numMembers = segment.members.size();
-        Value members =
-            e.pointer(e.address(e.global(tables.members[index], {numMembers})));
+        Value members, numMembers;
+        std::tie(members, numMembers) = group();
         e.loop(begin, end, [&](Value row) {
           Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
                                      commColumn(row, kStagingOffset)));
           e.call(broadcastFn,
-                 {runtime, device, members, e.i64(numMembers),
-                  commColumn(row, kPeer), at, at, commColumn(row, kBytes)});
+                 {runtime, device, members, numMembers, commColumn(row, kPeer),
+                  at, at, commColumn(row, kBytes)});
         });
       } else if (isCollective(segment.method)) {
         // In place in staging (or the source tile), as the row says; the
         // rank column is the caller's index among the members.
-        int64_t numMembers = segment.members.size();
-        Value members =
-            e.pointer(e.address(e.global(tables.members[index], {numMembers})));
+        Value members, numMembers;
+        std::tie(members, numMembers) = group();
         Value sum =
             arith::ConstantIntOp::create(builder, loc, POLYMESH_RT_SUM, 32);
         e.loop(begin, end, [&](Value row) {
@@ -332,17 +344,17 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
               arith::DivSIOp::create(builder, loc, bytes, e.i64(elementBytes));
           switch (segment.method) {
           case planner::SegmentMethod::AllGather:
-            e.call(allGatherFn, {runtime, device, members, e.i64(numMembers),
+            e.call(allGatherFn, {runtime, device, members, numMembers,
                                  e.pointer(own), e.pointer(at), bytes});
             break;
           case planner::SegmentMethod::AllReduce:
             e.call(allReduceFn,
-                   {runtime, device, members, e.i64(numMembers), e.pointer(at),
+                   {runtime, device, members, numMembers, e.pointer(at),
                     e.pointer(at), count, sumDtype(), sum});
             break;
           default:
             e.call(reduceScatterFn,
-                   {runtime, device, members, e.i64(numMembers), e.pointer(at),
+                   {runtime, device, members, numMembers, e.pointer(at),
                     e.pointer(own), count, sumDtype(), sum});
             break;
           }

@@ -52,6 +52,8 @@
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/TargetSelect.h"
 
+#include <tuple>
+
 namespace polymesh {
 #define GEN_PASS_DEF_POLYMESHLOWERTOCUDA
 #include "polymesh/Conversion/Passes.h.inc"
@@ -486,6 +488,12 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         builder, loc, tables.globalType(plan.comms), plan.comms);
   Value ranges = memref::GetGlobalOp::create(
       builder, loc, tables.globalType(plan.ranges), plan.ranges);
+  // Every collective group of the plan, one after the other; a segment's
+  // range row says where the device's own group is.
+  Value membersAddress;
+  if (!plan.members.empty())
+    membersAddress = e.address(memref::GetGlobalOp::create(
+        builder, loc, tables.globalType(plan.members), plan.members));
 
   auto baseOf = [&](Value space) {
     Value other = arith::SelectOp::create(builder, loc, e.eq(space, 1),
@@ -568,6 +576,13 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
     auto range = [&](int64_t c) {
       return e.toIndex(e.load(ranges, {rangeRow, e.index(c)}));
     };
+    // The caller's group: a pointer into the members table and its size.
+    auto group = [&]() -> std::pair<Value, Value> {
+      Value begin = e.load(ranges, {rangeRow, e.index(kMembersBegin)});
+      Value end = e.load(ranges, {rangeRow, e.index(kMembersEnd)});
+      Value at = e.add(membersAddress, e.mul(begin, e.i64(sizeof(int64_t))));
+      return {e.pointer(at), arith::SubIOp::create(builder, loc, end, begin)};
+    };
     runCopies(range(kBeforeBegin), range(kBeforeEnd));
     if (comms) {
       Value begin = range(kCommBegin), end = range(kCommEnd);
@@ -611,13 +626,11 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                     "ncclGroupEnd");
         });
       } else if (segment.method == planner::SegmentMethod::Broadcast) {
-        int64_t numMembers = segment.members.size();
-        Value members =
-            e.pointer(e.address(e.global(plan.members[index], {numMembers})));
+        Value members, numMembers;
+        std::tie(members, numMembers) = group();
         e.loop(begin, end, [&](Value row) {
           Value comm =
-              call(commFn, {runtime, device, members, e.i64(numMembers)})
-                  .getResult();
+              call(commFn, {runtime, device, members, numMembers}).getResult();
           Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
                                      commColumn(row, kStagingOffset)));
           checkNccl(builder, loc,
@@ -630,16 +643,14 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         // NCCL's in-place forms on the members' communicator: the rank
         // column is the caller's index among the members. All-gather moves
         // bytes; sums use the element type.
-        int64_t numMembers = segment.members.size();
-        Value members =
-            e.pointer(e.address(e.global(plan.members[index], {numMembers})));
+        Value members, numMembers;
+        std::tie(members, numMembers) = group();
         Value dtype = arith::ConstantIntOp::create(
             builder, loc, ncclSumDtype(element).value_or(-1), 32);
         Value sum = arith::ConstantIntOp::create(builder, loc, kNcclSum, 32);
         e.loop(begin, end, [&](Value row) {
           Value comm =
-              call(commFn, {runtime, device, members, e.i64(numMembers)})
-                  .getResult();
+              call(commFn, {runtime, device, members, numMembers}).getResult();
           Value at = e.add(baseOf(commColumn(row, kSpace)),
                            commColumn(row, kStagingOffset));
           Value bytes = commColumn(row, kBytes);

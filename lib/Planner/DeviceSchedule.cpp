@@ -243,25 +243,32 @@ bool validMembers(const std::vector<int64_t> &members) {
          std::adjacent_find(members.begin(), members.end()) == members.end();
 }
 
-/// A segment of `numDevices` empty rows over `members`.
-Segment collectiveSegment(SegmentMethod method, size_t step, int phase,
-                          const std::vector<int64_t> &members,
-                          size_t numDevices) {
-  Segment segment;
-  segment.method = method;
-  segment.step = step;
-  segment.phase = phase;
-  segment.members = members;
-  segment.perDevice.resize(numDevices);
-  return segment;
+/// One step phase's rows, for the devices it touches only (a pod's step
+/// touches a few of its devices); addPiece places it in a segment.
+struct Piece {
+  SegmentMethod method = SegmentMethod::Local;
+  StepPhase phase;
+  /// The communicator of a collective.
+  std::vector<int64_t> members;
+  /// By position in the program's devices.
+  std::map<size_t, DeviceSegment> rows;
+};
+
+Piece collectivePiece(SegmentMethod method, size_t step, int phase,
+                      const std::vector<int64_t> &members) {
+  Piece piece;
+  piece.method = method;
+  piece.phase = {step, phase};
+  piece.members = members;
+  return piece;
 }
 
 /// One in-place all-gather, when every member of an all-gather phase sends
 /// the same number of bytes, unsummed, to every other member. Each member
 /// packs its boxes at rank * chunk (in transfer order); receivers unpack in
 /// transfer order, as the simulator writes.
-std::optional<Segment> matchAllGather(const Step &step, size_t s, int phase,
-                                      const TileSet &tiles, size_t numDevices) {
+std::optional<Piece> matchAllGather(const Step &step, size_t s, int phase,
+                                    const TileSet &tiles) {
   if (step.kind != StepKind::AllGather)
     return std::nullopt;
   const std::vector<int64_t> &members = step.devices;
@@ -292,8 +299,7 @@ std::optional<Segment> matchAllGather(const Step &step, size_t s, int phase,
                                 [&](int64_t bytes) { return bytes != chunk; }))
     return std::nullopt;
 
-  Segment segment = collectiveSegment(SegmentMethod::AllGather, s, phase,
-                                      members, numDevices);
+  Piece piece = collectivePiece(SegmentMethod::AllGather, s, phase, members);
   std::vector<int64_t> packed(n, 0);
   for (const Transfer *transfer : transfers) {
     const Box &box = transfer->box;
@@ -303,14 +309,14 @@ std::optional<Segment> matchAllGather(const Step &step, size_t s, int phase,
     int64_t at = rank * chunk + packed[rank];
     packed[rank] += box.numElements() * tiles.eb;
     size_t srcPos = *tiles.position(transfer->srcDevice);
-    segment.perDevice[srcPos].before.push_back(
+    piece.rows[srcPos].before.push_back(
         makeRow(CopyKind::Copy,
                 inTile(spaceFor(transfer->srcBuffer),
                        tiles.of(transfer->srcBuffer, srcPos), box),
                 inStaging(at, box, tiles.eb), box, tiles.eb, tiles.outerDims));
     for (int64_t dst : transfer->dstDevices) {
       size_t dstPos = *tiles.position(dst);
-      segment.perDevice[dstPos].after.push_back(
+      piece.rows[dstPos].after.push_back(
           makeRow(CopyKind::Copy, inStaging(at, box, tiles.eb),
                   inTile(spaceFor(transfer->dstBuffer),
                          tiles.of(transfer->dstBuffer, dstPos), box),
@@ -318,11 +324,11 @@ std::optional<Segment> matchAllGather(const Step &step, size_t s, int phase,
     }
   }
   for (int64_t member : members) {
-    DeviceSegment &rows = segment.perDevice[*tiles.position(member)];
+    DeviceSegment &rows = piece.rows[*tiles.position(member)];
     rows.comm.push_back({CommKind::AllGather, member, 0, chunk});
     rows.stagingBytes = static_cast<int64_t>(n) * chunk;
   }
-  return segment;
+  return piece;
 }
 
 /// One in-place sum over the members, for both phases of an all-reduce
@@ -331,8 +337,8 @@ std::optional<Segment> matchAllGather(const Step &step, size_t s, int phase,
 /// (phase 1): afterwards every member holds the sum over all members of
 /// every piece, which is what one all-reduce of the pieces gives. Pieces
 /// that are the whole source tile, in order, are reduced in the tile itself.
-std::optional<Segment> matchAllReduce(const Step &step, size_t s,
-                                      const TileSet &tiles, size_t numDevices) {
+std::optional<Piece> matchAllReduce(const Step &step, size_t s,
+                                    const TileSet &tiles) {
   if (step.kind != StepKind::AllReduce)
     return std::nullopt;
   const std::vector<int64_t> &members = step.devices;
@@ -387,15 +393,14 @@ std::optional<Segment> matchAllReduce(const Step &step, size_t s,
       if (!tiles.holds(BufferKind::Source, member, piece))
         return std::nullopt;
 
-  Segment segment =
-      collectiveSegment(SegmentMethod::AllReduce, s, 0, members, numDevices);
+  Piece piece = collectivePiece(SegmentMethod::AllReduce, s, 0, members);
   int64_t total = 0;
   for (const Box &piece : pieces)
     total += piece.numElements() * tiles.eb;
   for (int64_t member : members) {
     size_t p = *tiles.position(member);
     const Tile &tile = tiles.source[p];
-    DeviceSegment &rows = segment.perDevice[p];
+    DeviceSegment &rows = piece.rows[p];
     // In place when the pieces are the tile's bytes in order.
     bool inPlace = total == tile.box.numElements() * tiles.eb;
     for (size_t i = 0, at = 0; inPlace && i < pieces.size(); ++i) {
@@ -422,7 +427,7 @@ std::optional<Segment> matchAllReduce(const Step &step, size_t s,
     rows.comm.push_back({CommKind::AllReduce, member, 0, total});
     rows.stagingBytes = total;
   }
-  return segment;
+  return piece;
 }
 
 /// One in-place reduce-scatter, when every member owns one piece of the same
@@ -431,9 +436,8 @@ std::optional<Segment> matchAllReduce(const Step &step, size_t s,
 /// sum over all members of its own piece is what the plan leaves in the
 /// owner's tile (its own partial plus every other's), so it is copied back,
 /// not added.
-std::optional<Segment> matchReduceScatter(const Step &step, size_t s, int phase,
-                                          const TileSet &tiles,
-                                          size_t numDevices) {
+std::optional<Piece> matchReduceScatter(const Step &step, size_t s, int phase,
+                                        const TileSet &tiles) {
   if (step.kind != StepKind::ReduceScatter)
     return std::nullopt;
   const std::vector<int64_t> &members = step.devices;
@@ -475,12 +479,12 @@ std::optional<Segment> matchReduceScatter(const Step &step, size_t s, int phase,
       if (!tiles.holds(BufferKind::Source, member, *piece))
         return std::nullopt;
 
-  Segment segment = collectiveSegment(SegmentMethod::ReduceScatter, s, phase,
-                                      members, numDevices);
+  Piece piece =
+      collectivePiece(SegmentMethod::ReduceScatter, s, phase, members);
   for (size_t rank = 0; rank < n; ++rank) {
     size_t p = *tiles.position(members[rank]);
     const Tile &tile = tiles.source[p];
-    DeviceSegment &rows = segment.perDevice[p];
+    DeviceSegment &rows = piece.rows[p];
     for (size_t r = 0; r < n; ++r)
       rows.before.push_back(
           makeRow(CopyKind::Copy, inTile(BufferSpace::Source, tile, *pieces[r]),
@@ -493,7 +497,7 @@ std::optional<Segment> matchReduceScatter(const Step &step, size_t s, int phase,
         tiles.eb, tiles.outerDims));
     rows.stagingBytes = static_cast<int64_t>(n) * chunk;
   }
-  return segment;
+  return piece;
 }
 
 } // namespace
@@ -568,11 +572,38 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     }
   TileSet tiles{positionOf, sourceTiles, destinationTiles, eb,
                 schedule.outerDims};
-  auto addSegment = [&](Segment segment) {
-    for (size_t p = 0; p < numDevices; ++p)
+  // The segment each device last had rows in: a piece joins the last
+  // segment when it communicates the same way and none of its devices is
+  // busy there.
+  constexpr size_t kNone = ~size_t(0);
+  std::vector<size_t> busyIn(numDevices, kNone);
+  auto addPiece = [&](Piece piece) {
+    size_t last = schedule.segments.size() - 1;
+    bool join = !schedule.segments.empty() &&
+                schedule.segments.back().method == piece.method;
+    for (auto it = piece.rows.begin(); join && it != piece.rows.end(); ++it)
+      join = busyIn[it->first] != last;
+    if (!join) {
+      Segment segment;
+      segment.method = piece.method;
+      segment.perDevice.resize(numDevices);
+      schedule.segments.push_back(std::move(segment));
+    }
+    size_t index = schedule.segments.size() - 1;
+    Segment &segment = schedule.segments.back();
+    int64_t group = -1;
+    if (isCollective(piece.method)) {
+      group = static_cast<int64_t>(segment.groups.size());
+      segment.groups.push_back(std::move(piece.members));
+    }
+    for (auto &[p, rows] : piece.rows) {
+      busyIn[p] = index;
+      rows.group = rows.comm.empty() ? -1 : group;
       schedule.stagingBytes[p] =
-          std::max(schedule.stagingBytes[p], segment.perDevice[p].stagingBytes);
-    schedule.segments.push_back(std::move(segment));
+          std::max(schedule.stagingBytes[p], rows.stagingBytes);
+      segment.perDevice[p] = std::move(rows);
+    }
+    segment.phases.push_back(piece.phase);
   };
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const Step &step = plan.steps[s];
@@ -580,26 +611,23 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     for (const Transfer &transfer : step.transfers)
       maxPhase = std::max(maxPhase, transfer.phase);
     if (options.collectives && options.reductions)
-      if (std::optional<Segment> segment =
-              matchAllReduce(step, s, tiles, numDevices)) {
-        addSegment(std::move(*segment));
+      if (std::optional<Piece> piece = matchAllReduce(step, s, tiles)) {
+        addPiece(std::move(*piece));
         continue;
       }
     for (int phase = 0; phase <= maxPhase; ++phase) {
-      std::optional<Segment> collective;
+      std::optional<Piece> collective;
       if (options.collectives)
-        collective = matchAllGather(step, s, phase, tiles, numDevices);
+        collective = matchAllGather(step, s, phase, tiles);
       if (!collective && options.collectives && options.reductions)
-        collective = matchReduceScatter(step, s, phase, tiles, numDevices);
+        collective = matchReduceScatter(step, s, phase, tiles);
       if (collective) {
-        addSegment(std::move(*collective));
+        addPiece(std::move(*collective));
         continue;
       }
-      Segment segment;
-      segment.step = s;
-      segment.phase = phase;
-      segment.perDevice.resize(numDevices);
-      bool broadcast = isBroadcast(step, phase, segment.members);
+      Piece piece;
+      piece.phase = {s, phase};
+      bool broadcast = isBroadcast(step, phase, piece.members);
       bool remote = false;
 
       // Buffers written and read in this phase, per device: a local copy
@@ -630,7 +658,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
           schedule.writesSource = true;
       }
 
-      std::vector<int64_t> used(numDevices, 0);
+      std::map<size_t, int64_t> used;
       auto stage = [&](size_t p, int64_t bytes) {
         int64_t offset = used[p];
         used[p] += bytes;
@@ -640,7 +668,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
       // A broadcast of one box that is one run of the root's tile and of
       // every receiver's tile goes straight from the one to the others: no
       // pack, no unpack, no staging (the common whole-tile replication).
-      std::vector<std::optional<Placement>> direct;
+      std::map<size_t, Placement> direct;
       if (broadcast) {
         const Transfer *only = nullptr;
         int count = 0;
@@ -650,7 +678,6 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
             ++count;
           }
         if (count == 1 && !only->accumulate) {
-          direct.resize(numDevices);
           absl::StatusOr<size_t> root = positionFor(only->srcDevice);
           if (!root.ok())
             return root.status();
@@ -658,7 +685,8 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
           bool ok = from.present && within(from.box, only->box) &&
                     contiguousIn(from, only->box);
           if (ok)
-            direct[*root] = inTile(spaceOf(only->srcBuffer), from, only->box);
+            direct.emplace(*root,
+                           inTile(spaceOf(only->srcBuffer), from, only->box));
           for (int64_t dst : only->dstDevices) {
             absl::StatusOr<size_t> p = positionFor(dst);
             if (!ok || !p.ok() || dst == only->srcDevice)
@@ -667,12 +695,13 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
             ok = to.present && within(to.box, only->box) &&
                  contiguousIn(to, only->box);
             if (ok)
-              direct[*p] = inTile(spaceOf(only->dstBuffer), to, only->box);
+              direct.emplace(*p,
+                             inTile(spaceOf(only->dstBuffer), to, only->box));
           }
           // Every member must have its place (the root sends to all).
-          for (int64_t member : segment.members) {
+          for (int64_t member : piece.members) {
             absl::StatusOr<size_t> p = positionFor(member);
-            ok = ok && p.ok() && direct[*p].has_value();
+            ok = ok && p.ok() && direct.count(*p);
           }
           if (!ok)
             direct.clear();
@@ -713,7 +742,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
             return packedAt;
           }
           packedAt = broadcast ? broadcastOffset : stage(*srcPos, bytes);
-          segment.perDevice[*srcPos].before.push_back(makeRow(
+          piece.rows[*srcPos].before.push_back(makeRow(
               CopyKind::Copy, inTile(spaceOf(transfer.srcBuffer), from, box),
               inStaging(packedAt, box, eb), box, eb, schedule.outerDims));
           return packedAt;
@@ -726,7 +755,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
                 absl::StrCat("a transfer of ", describe(box), " to device ",
                              dst, " writes outside its tile"));
           Placement target = inTile(spaceOf(transfer.dstBuffer), to, box);
-          DeviceSegment &receiver = segment.perDevice[dstPos];
+          DeviceSegment &receiver = piece.rows[dstPos];
           if (dst == transfer.srcDevice) {
             if (zero) {
               receiver.after.push_back(makeRow(CopyKind::Zero, target, target,
@@ -757,7 +786,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
                         eb, schedule.outerDims));
             continue;
           }
-          DeviceSegment &sender = segment.perDevice[*srcPos];
+          DeviceSegment &sender = piece.rows[*srcPos];
           sender.comm.push_back({CommKind::Send, dst, sentFrom, bytes,
                                  sentFromSpace,
                                  static_cast<int64_t>(sender.before.size())});
@@ -784,30 +813,29 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
           broadcastOffset += bytes;
       }
       if (broadcast) {
-        segment.method = SegmentMethod::Broadcast;
+        piece.method = SegmentMethod::Broadcast;
         int64_t root = -1;
         for (const Transfer &transfer : step.transfers)
           if (transfer.phase == phase)
             root = transfer.srcDevice;
-        for (int64_t member : segment.members) {
+        for (int64_t member : piece.members) {
           size_t p = *positionFor(member);
-          if (!direct.empty()) {
-            segment.perDevice[p].comm.push_back(
-                {CommKind::Broadcast, root, direct[p]->offset, broadcastOffset,
-                 direct[p]->space});
+          if (auto at = direct.find(p); at != direct.end()) {
+            piece.rows[p].comm.push_back({CommKind::Broadcast, root,
+                                          at->second.offset, broadcastOffset,
+                                          at->second.space});
             continue;
           }
           used[p] = broadcastOffset;
-          segment.perDevice[p].comm.push_back(
+          piece.rows[p].comm.push_back(
               {CommKind::Broadcast, root, 0, broadcastOffset});
         }
       } else {
-        segment.method =
-            remote ? SegmentMethod::SendRecv : SegmentMethod::Local;
+        piece.method = remote ? SegmentMethod::SendRecv : SegmentMethod::Local;
       }
-      for (size_t p = 0; p < numDevices; ++p)
-        segment.perDevice[p].stagingBytes = used[p];
-      addSegment(std::move(segment));
+      for (auto [p, bytes] : used)
+        piece.rows[p].stagingBytes = bytes;
+      addPiece(std::move(piece));
     }
   }
   return schedule;

@@ -6,28 +6,29 @@
 // lowering), shared by every device class; each step phase becomes loops over
 // the calling device's rows, memcpy runs, and calls into the runtime.
 
-// A broadcast step (the Orbax restore pattern): one polymesh_rt_broadcast per
-// step, members from a table. Each column half is a whole tile on the root
+// A broadcast step (the Orbax restore pattern): the two steps' broadcasts
+// have disjoint groups, so they run side by side: one polymesh_rt_broadcast
+// call site, each device's group read from the plan's members table (both
+// groups, one after the other) through its range row. Each column half is a whole tile on the root
 // and on the receivers, so it is broadcast in place: from the root's source
 // tile (space 0) into the receivers' destination tiles (space 1), without
 // staging; the only copies are the roots' local ones.
 polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
 polymesh.mesh @train = <["dp"=4, "tp"=2]>
 
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members1(dense<[0, 2, 4, 6]> : tensor<4xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members2(dense<[1, 3, 5, 7]> : tensor<4xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members(dense<[0, 2, 4, 6, 1, 3, 5, 7]> : tensor<8xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranges(
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_copies(dense<{{\[\[}}0, 0, 0, 1, 0, 1024, 1, 0, 0], [0, 0, 0, 1, 0, 1024, 1, 0, 0]]> : tensor<2x9xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 0, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 0, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0]]> : tensor<8x8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 0, 0, 0], [2, 1, 0, 1024, 0, 0, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0]]> : tensor<8x8xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<0> : tensor<8xi64>)
 // CHECK-DAG: llvm.func @polymesh_rt_broadcast(!llvm.ptr, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-LABEL: llvm.func @restore__part0(
 // CHECK-SAME: %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64,
 // CHECK: llvm.call @polymesh_rt_staging
-// CHECK: llvm.mlir.addressof @__polymesh_restore__plan0_members1
+// CHECK: llvm.mlir.addressof @__polymesh_restore__plan0_members
 // CHECK: llvm.call @polymesh_rt_broadcast
-// CHECK: llvm.mlir.addressof @__polymesh_restore__plan0_members2
-// CHECK: llvm.call @polymesh_rt_broadcast
+// CHECK-NOT: llvm.call @polymesh_rt_broadcast
+// CHECK: llvm.return
 // CHECK-NOT: polymesh.
 func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@replica0, [{}, {"tp"}]>})
     -> (tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@train, [{}, {"tp"}]>}) {

@@ -491,8 +491,21 @@ private:
     return AssertionSuccess();
   }
 
-  AssertionResult runBroadcast() {
-    const std::vector<int64_t> &members = segment_->members;
+  /// Whether device p joins collective `group` of the segment; a member
+  /// must name its group, a device outside every group must not talk.
+  AssertionResult joins(size_t p, size_t group, bool &member) {
+    const DeviceSegment &rows = segment_->perDevice[p];
+    member = rows.group == static_cast<int64_t>(group);
+    if (rows.group < -1 ||
+        rows.group >= static_cast<int64_t>(segment_->groups.size()) ||
+        (rows.group == -1 && !rows.comm.empty()))
+      return AssertionFailure()
+             << "device " << devices_[p].id << " names group " << rows.group;
+    return AssertionSuccess();
+  }
+
+  AssertionResult runBroadcast(size_t group) {
+    const std::vector<int64_t> &members = segment_->groups[group];
     if (members.size() < 2 || !std::is_sorted(members.begin(), members.end()) ||
         std::adjacent_find(members.begin(), members.end()) != members.end())
       return AssertionFailure() << "broadcast over members ["
@@ -511,12 +524,17 @@ private:
     std::map<size_t, const CommRow *> rowOf;
     for (size_t p = 0; p < devices_.size(); ++p) {
       const std::vector<CommRow> &comm = segment_->perDevice[p].comm;
-      if (!memberPositions.count(p)) {
-        if (!comm.empty())
-          return AssertionFailure() << "device " << devices_[p].id
-                                    << " is no member but communicates";
+      bool member = false;
+      if (AssertionResult named = joins(p, group, member); !named)
+        return named;
+      if (member != static_cast<bool>(memberPositions.count(p)))
+        return AssertionFailure()
+               << "device " << devices_[p].id << " names group "
+               << segment_->perDevice[p].group << " but is "
+               << (member ? "no member of it"
+                          : "a member of " + std::to_string(group));
+      if (!member)
         continue;
-      }
       if (comm.size() != 1 || comm[0].kind != CommKind::Broadcast)
         return AssertionFailure() << "member " << devices_[p].id
                                   << " has not exactly one broadcast row";
@@ -573,8 +591,8 @@ private:
   /// AllGather, AllReduce and ReduceScatter, in place, as the runtime
   /// defines them: rank r is the member's index in the sorted members;
   /// sums are integer additions in rank order.
-  AssertionResult runCollective(CommKind kind) {
-    const std::vector<int64_t> &members = segment_->members;
+  AssertionResult runCollective(CommKind kind, size_t group) {
+    const std::vector<int64_t> &members = segment_->groups[group];
     if (members.size() < 2 || !std::is_sorted(members.begin(), members.end()) ||
         std::adjacent_find(members.begin(), members.end()) != members.end())
       return AssertionFailure() << "collective over members ["
@@ -592,12 +610,16 @@ private:
     for (size_t p = 0; p < devices_.size(); ++p) {
       const std::vector<CommRow> &comm = segment_->perDevice[p].comm;
       auto member = std::find(positions.begin(), positions.end(), p);
-      if (member == positions.end()) {
-        if (!comm.empty())
-          return AssertionFailure() << "device " << devices_[p].id
-                                    << " is no member but communicates";
+      bool joined = false;
+      if (AssertionResult named = joins(p, group, joined); !named)
+        return named;
+      if (joined != (member != positions.end()))
+        return AssertionFailure()
+               << "device " << devices_[p].id << " names group "
+               << segment_->perDevice[p].group
+               << " but its membership of group " << group << " differs";
+      if (!joined)
         continue;
-      }
       if (comm.size() != 1 || comm[0].kind != kind ||
           comm[0].peer != devices_[p].id)
         return AssertionFailure()
@@ -700,8 +722,8 @@ private:
 
   AssertionResult runSegment(size_t s) {
     segment_ = &schedule_.segments[s];
-    std::string where = absl::StrCat("segment ", s, " (step ", segment_->step,
-                                     " phase ", segment_->phase, ")");
+    std::string where = absl::StrCat("segment ", s, " (",
+                                     segment_->phases.size(), " step phases)");
     if (segment_->perDevice.size() != devices_.size())
       return AssertionFailure()
              << where << " has " << segment_->perDevice.size()
@@ -740,16 +762,20 @@ private:
       ++stats_.sendRecvSegments;
       break;
     case SegmentMethod::Broadcast:
-      comm = runBroadcast();
+      for (size_t g = 0; comm && g < segment_->groups.size(); ++g)
+        comm = runBroadcast(g);
       break;
     case SegmentMethod::AllGather:
-      comm = runCollective(CommKind::AllGather);
+      for (size_t g = 0; comm && g < segment_->groups.size(); ++g)
+        comm = runCollective(CommKind::AllGather, g);
       break;
     case SegmentMethod::AllReduce:
-      comm = runCollective(CommKind::AllReduce);
+      for (size_t g = 0; comm && g < segment_->groups.size(); ++g)
+        comm = runCollective(CommKind::AllReduce, g);
       break;
     case SegmentMethod::ReduceScatter:
-      comm = runCollective(CommKind::ReduceScatter);
+      for (size_t g = 0; comm && g < segment_->groups.size(); ++g)
+        comm = runCollective(CommKind::ReduceScatter, g);
       break;
     }
     if (!comm)
@@ -801,9 +827,10 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
   int rank = static_cast<int>(plan.shape.size());
   if (schedule.outerDims != std::max(rank - 1, 0))
     return AssertionFailure() << "outerDims " << schedule.outerDims;
-  // One segment per step phase, in order (an all-reduce segment covers
-  // every phase of its all-reduce step); one segment for an identity.
-  std::vector<std::pair<size_t, int>> phases;
+  // Segments run the step phases in order, several side by side where
+  // their devices are disjoint (an all-reduce covers every phase of its
+  // step); one segment for an identity.
+  std::vector<StepPhase> phases;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     int maxPhase = 0;
     for (const Transfer &transfer : plan.steps[s].transfers)
@@ -819,18 +846,35 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
     size_t next = 0;
     for (size_t s = 0; s < schedule.segments.size(); ++s) {
       const Segment &segment = schedule.segments[s];
-      if (next >= phases.size() || segment.step != phases[next].first ||
-          segment.phase != phases[next].second)
-        return AssertionFailure() << "segment " << s << " is out of order";
-      ++next;
-      if (segment.method != SegmentMethod::AllReduce)
-        continue;
-      if (plan.steps[segment.step].kind != StepKind::AllReduce ||
-          segment.phase != 0)
+      if (segment.phases.empty())
+        return AssertionFailure() << "segment " << s << " runs nothing";
+      if (isCollective(segment.method) &&
+          segment.groups.size() != segment.phases.size())
         return AssertionFailure()
-               << "segment " << s << " all-reduces a step that is not one";
-      while (next < phases.size() && phases[next].first == segment.step)
+               << "segment " << s << " has " << segment.groups.size()
+               << " groups for " << segment.phases.size() << " step phases";
+      // Side by side means on disjoint devices.
+      if (segment.phases.size() > 1 && isCollective(segment.method)) {
+        std::set<int64_t> seen;
+        for (const std::vector<int64_t> &group : segment.groups)
+          for (int64_t member : group)
+            if (!seen.insert(member).second)
+              return AssertionFailure() << "segment " << s << ": device "
+                                        << member << " is in two groups";
+      }
+      for (const StepPhase &phase : segment.phases) {
+        if (next >= phases.size() || !(phase == phases[next]))
+          return AssertionFailure() << "segment " << s << " is out of order";
         ++next;
+        if (segment.method != SegmentMethod::AllReduce)
+          continue;
+        if (plan.steps[phase.step].kind != StepKind::AllReduce ||
+            phase.phase != 0)
+          return AssertionFailure()
+                 << "segment " << s << " all-reduces a step that is not one";
+        while (next < phases.size() && phases[next].step == phase.step)
+          ++next;
+      }
     }
     if (next != phases.size())
       return AssertionFailure() << schedule.segments.size() << " segments for "
@@ -964,8 +1008,18 @@ Checked planAndRun(const TensorLayout &source, const TensorLayout &destination,
   return checked;
 }
 
-int64_t countSegments(const DeviceSchedule &schedule, SegmentMethod method) {
+/// The step phases that run as `method` (side by side or not).
+int64_t countPhases(const DeviceSchedule &schedule, SegmentMethod method) {
   int64_t count = 0;
+  for (const Segment &segment : schedule.segments)
+    if (segment.method == method)
+      count += segment.phases.size();
+  return count;
+}
+
+/// The segments that run as `method`.
+size_t countSegments(const DeviceSchedule &schedule, SegmentMethod method) {
+  size_t count = 0;
   for (const Segment &segment : schedule.segments)
     count += segment.method == method;
   return count;
@@ -1009,7 +1063,7 @@ TEST(DeviceSchedule, AllGatherPacksWholeTiles) {
   TensorLayout dst = layout(mesh, {{}, {"b"}}, {8, 8});
   Checked checked = planAndRun(src, dst);
   EXPECT_EQ(checked.plan.count(StepKind::AllGather), 4);
-  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::AllGather), 4);
+  EXPECT_EQ(countPhases(checked.schedule, SegmentMethod::AllGather), 4);
   // Source tiles 4x2 into destination tiles 8x2: every box is whole rows,
   // so nothing is strided.
   EXPECT_EQ(checked.stats.stridedRows, 0);
@@ -1051,18 +1105,23 @@ TEST(DeviceSchedule, OrbaxRestoreIsTwoBroadcasts) {
   TensorLayout dst = layout(train, {{}, {"tp"}}, {64, 32});
   Checked checked = planAndRun(src, dst);
   const DeviceSchedule &schedule = checked.schedule;
-  ASSERT_EQ(countSegments(schedule, SegmentMethod::Broadcast), 2);
+  ASSERT_EQ(countPhases(schedule, SegmentMethod::Broadcast), 2);
   int64_t half = 64 * 16 * 8;
+  // The two roots' receivers are disjoint: one segment, side by side.
+  ASSERT_EQ(countSegments(schedule, SegmentMethod::Broadcast), 1u);
   for (const Segment &segment : schedule.segments) {
     if (segment.method != SegmentMethod::Broadcast)
       continue;
-    ASSERT_EQ(segment.members.size(), 16u);
-    int64_t tp = segment.members[0] % 2;
-    for (int64_t member : segment.members)
-      EXPECT_EQ(member % 2, tp);
-    const CommRow &row = segment.perDevice[segment.members[3]].comm.at(0);
-    EXPECT_EQ(row.peer, tp);
-    EXPECT_EQ(row.bytes, half);
+    ASSERT_EQ(segment.groups.size(), 2u);
+    for (const std::vector<int64_t> &members : segment.groups) {
+      ASSERT_EQ(members.size(), 16u);
+      int64_t tp = members[0] % 2;
+      for (int64_t member : members)
+        EXPECT_EQ(member % 2, tp);
+      const CommRow &row = segment.perDevice[members[3]].comm.at(0);
+      EXPECT_EQ(row.peer, tp);
+      EXPECT_EQ(row.bytes, half);
+    }
   }
   EXPECT_EQ(checked.stats.broadcastBytes, 30 * half);
   EXPECT_EQ(checked.stats.sendBytes, 0);
@@ -1075,14 +1134,15 @@ TEST(DeviceSchedule, OrbaxRestoreIsTwoBroadcasts) {
   for (const Segment &segment : schedule.segments) {
     if (segment.method != SegmentMethod::Broadcast)
       continue;
-    for (int64_t member : segment.members) {
-      const DeviceSegment &rows = segment.perDevice[member];
-      EXPECT_TRUE(rows.before.empty());
-      EXPECT_TRUE(rows.after.empty());
-      EXPECT_EQ(rows.comm.at(0).space, member == segment.members[0]
-                                           ? BufferSpace::Source
-                                           : BufferSpace::Destination);
-    }
+    for (const std::vector<int64_t> &members : segment.groups)
+      for (int64_t member : members) {
+        const DeviceSegment &rows = segment.perDevice[member];
+        EXPECT_TRUE(rows.before.empty());
+        EXPECT_TRUE(rows.after.empty());
+        EXPECT_EQ(rows.comm.at(0).space, member == members[0]
+                                             ? BufferSpace::Source
+                                             : BufferSpace::Destination);
+      }
   }
 }
 
@@ -1093,7 +1153,7 @@ TEST(DeviceSchedule, BroadcastOfAStridedBoxIsStaged) {
   Mesh others = makeMesh({{"y", 2}}, {2, 3});
   Checked checked = planAndRun(layout(halves, {{}, {"x"}}, {8, 8}),
                                layout(others, {{}, {}}, {8, 8}));
-  ASSERT_GT(countSegments(checked.schedule, SegmentMethod::Broadcast), 0);
+  ASSERT_GT(countPhases(checked.schedule, SegmentMethod::Broadcast), 0);
   EXPECT_EQ(checked.stats.directBroadcastRows, 0);
   EXPECT_GT(checked.stats.stridedRows, 0);
   EXPECT_GT(*std::max_element(checked.schedule.stagingBytes.begin(),
@@ -1106,7 +1166,7 @@ TEST(DeviceSchedule, SingleDeviceBroadcastsToMesh) {
   Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
   Checked checked =
       planAndRun(layout(one, {{}, {}}, {5, 7}), layout(mesh, {{}, {}}, {5, 7}));
-  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::Broadcast), 1);
+  EXPECT_EQ(countPhases(checked.schedule, SegmentMethod::Broadcast), 1);
   EXPECT_EQ(checked.stats.broadcastBytes, 7 * 5 * 7 * 8);
 }
 
@@ -1213,10 +1273,11 @@ TEST(DeviceSchedule, UnreducedAllReduceAndReduceScatter) {
   EXPECT_EQ(allReduce.plan.count(StepKind::AllReduce), 2);
   EXPECT_TRUE(allReduce.schedule.writesSource);
   EXPECT_GT(allReduce.stats.accumulateRows, 0);
-  EXPECT_EQ(countSegments(allReduce.schedule, SegmentMethod::AllReduce), 0);
+  EXPECT_EQ(countPhases(allReduce.schedule, SegmentMethod::AllReduce), 0);
   bool twoPhases = false;
   for (const Segment &segment : allReduce.schedule.segments)
-    twoPhases |= segment.phase == 1;
+    for (const StepPhase &phase : segment.phases)
+      twoPhases |= phase.phase == 1;
   EXPECT_TRUE(twoPhases);
 
   Checked scatter =
@@ -1224,7 +1285,7 @@ TEST(DeviceSchedule, UnreducedAllReduceAndReduceScatter) {
                  layout(mesh, {{"a"}, {"b"}}, {8, 8}), 8, {}, {}, noSums);
   EXPECT_EQ(scatter.plan.count(StepKind::ReduceScatter), 2);
   EXPECT_GT(scatter.stats.accumulateRows, 0);
-  EXPECT_EQ(countSegments(scatter.schedule, SegmentMethod::ReduceScatter), 0);
+  EXPECT_EQ(countPhases(scatter.schedule, SegmentMethod::ReduceScatter), 0);
 
   // Odd extents, partials kept, and a reduction across meshes.
   for (const ScheduleOptions &options : {ScheduleOptions{}, noSums}) {
@@ -1248,25 +1309,27 @@ TEST(DeviceSchedule, AllReduceIsOneCollectiveInPlace) {
                                layout(mesh, {{"a"}, {}}, {8, 8}));
   ASSERT_EQ(checked.plan.count(StepKind::AllReduce), 2);
   // One segment for both phases of each step; the local copies after it.
-  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::AllReduce), 2);
+  EXPECT_EQ(countPhases(checked.schedule, SegmentMethod::AllReduce), 2);
   EXPECT_EQ(checked.stats.sendBytes, 0);
   EXPECT_EQ(checked.stats.accumulateRows, 0);
   EXPECT_EQ(checked.stats.collectiveBytes, 2 * 2 * 3 * 4 * 8 * 8);
   for (const Segment &segment : checked.schedule.segments) {
     if (segment.method != SegmentMethod::AllReduce)
       continue;
-    EXPECT_EQ(segment.phase, 0);
-    ASSERT_EQ(segment.members.size(), 4u);
-    for (int64_t member : segment.members) {
-      // The pieces are the whole 4x8 source tile in order: summed in it.
-      const DeviceSegment &rows = segment.perDevice[member];
-      EXPECT_TRUE(rows.before.empty());
-      EXPECT_TRUE(rows.after.empty());
-      ASSERT_EQ(rows.comm.size(), 1u);
-      EXPECT_EQ(rows.comm[0].kind, CommKind::AllReduce);
-      EXPECT_EQ(rows.comm[0].space, BufferSpace::Source);
-      EXPECT_EQ(rows.comm[0].bytes, 4 * 8 * 8);
-    }
+    ASSERT_EQ(segment.groups.size(), segment.phases.size());
+    for (const StepPhase &phase : segment.phases)
+      EXPECT_EQ(phase.phase, 0);
+    for (const std::vector<int64_t> &members : segment.groups)
+      for (int64_t member : members) {
+        // The pieces are the whole 4x8 source tile in order: summed in it.
+        const DeviceSegment &rows = segment.perDevice[member];
+        EXPECT_TRUE(rows.before.empty());
+        EXPECT_TRUE(rows.after.empty());
+        ASSERT_EQ(rows.comm.size(), 1u);
+        EXPECT_EQ(rows.comm[0].kind, CommKind::AllReduce);
+        EXPECT_EQ(rows.comm[0].space, BufferSpace::Source);
+        EXPECT_EQ(rows.comm[0].bytes, 4 * 8 * 8);
+      }
   }
   // In chunks, each step's pieces are part of the tile: packed, summed in
   // staging, unpacked.
@@ -1275,7 +1338,7 @@ TEST(DeviceSchedule, AllReduceIsOneCollectiveInPlace) {
       planAndRun(layout(four, {{}, {}}, {16, 8}, {"a"}),
                  layout(four, {{}, {}}, {16, 8}), 8, PlanOptions{512});
   EXPECT_GT(chunked.plan.numChunks, 1);
-  EXPECT_GT(countSegments(chunked.schedule, SegmentMethod::AllReduce), 1);
+  EXPECT_GT(countPhases(chunked.schedule, SegmentMethod::AllReduce), 1);
   EXPECT_GT(chunked.stats.allReduceSegments, 1);
   bool staged = false;
   for (const Segment &segment : chunked.schedule.segments)
@@ -1291,40 +1354,41 @@ TEST(DeviceSchedule, ReduceScatterOfEqualPieces) {
   Checked checked = planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
                                layout(mesh, {{"a"}, {"b"}}, {8, 8}), 4);
   ASSERT_EQ(checked.plan.count(StepKind::ReduceScatter), 2);
-  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::ReduceScatter), 2);
+  EXPECT_EQ(countPhases(checked.schedule, SegmentMethod::ReduceScatter), 2);
   EXPECT_EQ(checked.stats.accumulateRows, 0);
   EXPECT_EQ(checked.stats.sendBytes, 0);
   for (const Segment &segment : checked.schedule.segments) {
     if (segment.method != SegmentMethod::ReduceScatter)
       continue;
-    for (size_t rank = 0; rank < segment.members.size(); ++rank) {
-      const DeviceSegment &rows = segment.perDevice[segment.members[rank]];
-      // Four 4x2 pieces packed in rank order, the own sum copied back.
-      EXPECT_EQ(rows.before.size(), 4u);
-      ASSERT_EQ(rows.after.size(), 1u);
-      EXPECT_EQ(rows.after[0].kind, CopyKind::Copy);
-      EXPECT_EQ(rows.after[0].srcOffset,
-                static_cast<int64_t>(rank) * 4 * 2 * 4);
-      EXPECT_EQ(rows.comm.at(0).bytes, 4 * 2 * 4);
-      EXPECT_EQ(rows.stagingBytes, 4 * 4 * 2 * 4);
-    }
+    for (const std::vector<int64_t> &members : segment.groups)
+      for (size_t rank = 0; rank < members.size(); ++rank) {
+        const DeviceSegment &rows = segment.perDevice[members[rank]];
+        // Four 4x2 pieces packed in rank order, the own sum copied back.
+        EXPECT_EQ(rows.before.size(), 4u);
+        ASSERT_EQ(rows.after.size(), 1u);
+        EXPECT_EQ(rows.after[0].kind, CopyKind::Copy);
+        EXPECT_EQ(rows.after[0].srcOffset,
+                  static_cast<int64_t>(rank) * 4 * 2 * 4);
+        EXPECT_EQ(rows.comm.at(0).bytes, 4 * 2 * 4);
+        EXPECT_EQ(rows.stagingBytes, 4 * 4 * 2 * 4);
+      }
   }
   // Column pieces (strided boxes), two reduced axes, every element size.
   Mesh cube = makeMesh({{"a", 2}, {"b", 2}, {"c", 2}});
   for (int64_t eb : {1, 2, 4, 8}) {
     Checked columns = planAndRun(layout(mesh, {{}, {}}, {6, 8}, {"b"}),
                                  layout(mesh, {{}, {"b"}}, {6, 8}), eb);
-    EXPECT_EQ(countSegments(columns.schedule, SegmentMethod::ReduceScatter), 2);
+    EXPECT_EQ(countPhases(columns.schedule, SegmentMethod::ReduceScatter), 2);
     EXPECT_GT(columns.stats.stridedRows, 0);
     Checked two = planAndRun(layout(cube, {{"a"}, {}}, {4, 8}, {"b", "c"}),
                              layout(cube, {{"a"}, {"b", "c"}}, {4, 8}), eb);
-    EXPECT_EQ(countSegments(two.schedule, SegmentMethod::ReduceScatter), 2);
+    EXPECT_EQ(countPhases(two.schedule, SegmentMethod::ReduceScatter), 2);
   }
   // Unequal pieces (7 columns over 4 devices) stay send/recv.
   Checked uneven = planAndRun(layout(mesh, {{"a"}, {}}, {8, 7}, {"b"}),
                               layout(mesh, {{"a"}, {"b"}}, {8, 7}));
   EXPECT_EQ(uneven.plan.count(StepKind::ReduceScatter), 2);
-  EXPECT_EQ(countSegments(uneven.schedule, SegmentMethod::ReduceScatter), 0);
+  EXPECT_EQ(countPhases(uneven.schedule, SegmentMethod::ReduceScatter), 0);
   EXPECT_GT(uneven.stats.accumulateRows, 0);
 }
 
@@ -1334,15 +1398,16 @@ TEST(DeviceSchedule, AllGatherOfUnequalTilesFallsBack) {
   Checked uneven = planAndRun(layout(mesh, {{"a"}, {}}, {10, 4}),
                               layout(mesh, {{}, {}}, {10, 4}));
   EXPECT_GT(uneven.plan.count(StepKind::AllGather), 0);
-  EXPECT_EQ(countSegments(uneven.schedule, SegmentMethod::AllGather), 0);
-  EXPECT_GT(countSegments(uneven.schedule, SegmentMethod::SendRecv), 0);
+  EXPECT_EQ(countPhases(uneven.schedule, SegmentMethod::AllGather), 0);
+  EXPECT_GT(countPhases(uneven.schedule, SegmentMethod::SendRecv), 0);
   // Even tiles: one all-gather, each member's rows packed at rank * chunk.
   Checked even = planAndRun(layout(mesh, {{"a"}, {}}, {8, 3}),
                             layout(mesh, {{}, {}}, {8, 3}), 2);
-  ASSERT_EQ(countSegments(even.schedule, SegmentMethod::AllGather), 1);
+  ASSERT_EQ(countPhases(even.schedule, SegmentMethod::AllGather), 1);
   const Segment &segment =
       *findSegment(even.schedule, SegmentMethod::AllGather);
-  EXPECT_EQ(segment.members, range(0, 4));
+  ASSERT_EQ(segment.groups.size(), 1u);
+  EXPECT_EQ(segment.groups[0], range(0, 4));
   for (size_t rank = 0; rank < 4; ++rank) {
     const DeviceSegment &rows = segment.perDevice[rank];
     ASSERT_EQ(rows.before.size(), 1u);
@@ -1355,7 +1420,7 @@ TEST(DeviceSchedule, AllGatherOfUnequalTilesFallsBack) {
   none.collectives = false;
   Checked plain = planAndRun(layout(mesh, {{"a"}, {}}, {8, 3}),
                              layout(mesh, {{}, {}}, {8, 3}), 2, {}, {}, none);
-  EXPECT_EQ(countSegments(plain.schedule, SegmentMethod::AllGather), 0);
+  EXPECT_EQ(countPhases(plain.schedule, SegmentMethod::AllGather), 0);
   EXPECT_GT(plain.stats.sendBytes, 0);
 }
 
@@ -1401,8 +1466,8 @@ TEST(DeviceSchedule, ReductionsNotInTheCollectivesShapeFallBack) {
     ASSERT_TRUE(
         checkSchedule(*plan, partial, destination, range(0, 4), &checked))
         << formatPlan(*plan);
-    EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::AllReduce), 0);
-    EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::ReduceScatter), 0);
+    EXPECT_EQ(countPhases(checked.schedule, SegmentMethod::AllReduce), 0);
+    EXPECT_EQ(countPhases(checked.schedule, SegmentMethod::ReduceScatter), 0);
     EXPECT_GT(checked.stats.accumulateRows, 0);
   }
   // The same for an all-gather: one member sends its tile in two boxes to
@@ -1416,7 +1481,7 @@ TEST(DeviceSchedule, ReductionsNotInTheCollectivesShapeFallBack) {
   Checked checked;
   ASSERT_TRUE(checkSchedule(*gather, rows, whole, range(0, 4), &checked))
       << formatPlan(*gather);
-  ASSERT_EQ(countSegments(checked.schedule, SegmentMethod::AllGather), 1);
+  ASSERT_EQ(countPhases(checked.schedule, SegmentMethod::AllGather), 1);
   EXPECT_EQ(findSegment(checked.schedule, SegmentMethod::AllGather)
                 ->perDevice[0]
                 .before.size(),
@@ -1463,7 +1528,7 @@ TEST(DeviceSchedule, MemoryLimitedChunks) {
                              layout(train, {{}, {"tp"}}, {32, 32}), 8,
                              PlanOptions{half / 8});
   EXPECT_GE(orbax.plan.numChunks, 8);
-  EXPECT_EQ(countSegments(orbax.schedule, SegmentMethod::Broadcast),
+  EXPECT_EQ(countPhases(orbax.schedule, SegmentMethod::Broadcast),
             2 * orbax.plan.numChunks);
   for (int64_t staging : orbax.schedule.stagingBytes)
     EXPECT_LE(staging, half / 8);
@@ -1661,6 +1726,46 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   RecordProperty("all_gather_segments", totals.allGatherSegments);
   RecordProperty("all_reduce_segments", totals.allReduceSegments);
   RecordProperty("reduce_scatter_segments", totals.reduceScatterSegments);
+}
+
+TEST(DeviceSchedule, DisjointGroupsRunSideBySide) {
+  // An all-gather of "b" is one step per "a" row: eight disjoint groups of
+  // four, one segment, each device naming its own group.
+  Mesh mesh = makeMesh({{"a", 8}, {"b", 4}});
+  Checked checked = planAndRun(layout(mesh, {{"a"}, {"b"}}, {64, 32}),
+                               layout(mesh, {{"a"}, {}}, {64, 32}), 4);
+  ASSERT_EQ(countPhases(checked.schedule, SegmentMethod::AllGather), 8);
+  ASSERT_EQ(countSegments(checked.schedule, SegmentMethod::AllGather), 1u);
+  const Segment &segment =
+      *findSegment(checked.schedule, SegmentMethod::AllGather);
+  ASSERT_EQ(segment.groups.size(), 8u);
+  for (int64_t device = 0; device < 32; ++device) {
+    int64_t group = segment.perDevice[device].group;
+    ASSERT_GE(group, 0);
+    EXPECT_EQ(segment.groups[group], range(device / 4 * 4, device / 4 * 4 + 4));
+  }
+  EXPECT_EQ(checked.stats.allGatherSegments, 8);
+
+  // A reduction over "b" in chunks: a group's chunks follow one another
+  // (they share devices), the groups of one chunk run side by side.
+  Checked chunked =
+      planAndRun(layout(mesh, {{"a"}, {}}, {64, 32}, {"b"}),
+                 layout(mesh, {{"a"}, {}}, {64, 32}), 4, PlanOptions{1024});
+  int64_t reduced = countPhases(chunked.schedule, SegmentMethod::AllReduce);
+  ASSERT_GT(reduced, 8);
+  EXPECT_EQ(countSegments(chunked.schedule, SegmentMethod::AllReduce) * 8,
+            static_cast<size_t>(reduced));
+}
+
+TEST(DeviceSchedule, SendRecvAcrossDisjointPairsRunsSideBySide) {
+  // Stage to stage: every device of stage 0 sends its tile to its partner
+  // in stage 1, one step each; all of them side by side in one segment.
+  Mesh stage0 = makeMesh({{"x", 4}, {"y", 2}}, range(0, 8));
+  Mesh stage1 = makeMesh({{"x", 4}, {"y", 2}}, range(8, 16));
+  Checked checked = planAndRun(layout(stage0, {{"x"}, {"y"}}, {16, 8}),
+                               layout(stage1, {{"x"}, {"y"}}, {16, 8}));
+  EXPECT_EQ(checked.stats.sendBytes, 16 * 8 * 8);
+  EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::SendRecv), 1u);
 }
 
 } // namespace

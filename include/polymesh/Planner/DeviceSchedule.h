@@ -5,7 +5,8 @@
 //===----------------------------------------------------------------------===//
 //
 // Generated code cannot interpret a TransferPlan: it runs one fixed sequence
-// of segments (one per step phase) on every device, and reads what its own
+// of segments (step phases, side by side where their devices are disjoint)
+// on every device, and reads what its own
 // device does in each segment from tables. A DeviceSchedule is those tables
 // before they become IR: per segment and per device, the copies to run
 // before communication (packing boxes into staging, or copying locally), the
@@ -74,8 +75,9 @@ enum class CommKind : int64_t {
 /// writes the tile directly (no pack or unpack), when nothing else in the
 /// phase writes what is sent or reads what is received.
 ///
-/// The collectives are in place in staging, over Segment::members, with
-/// rank r = the caller's index in members (NCCL's in-place forms):
+/// The collectives are in place in staging, over the caller's group of
+/// Segment::groups, with rank r = the caller's index in the group (NCCL's
+/// in-place forms):
 ///  - AllGather: `bytes` per member; the caller's chunk is at
 ///    stagingOffset + r * bytes, the gathered chunks at stagingOffset.
 ///  - AllReduce: sum of `bytes` at stagingOffset, on every member.
@@ -100,35 +102,57 @@ enum class SegmentMethod : int64_t {
   Local = 0,
   /// send/recv rows inside one group_start/group_end.
   SendRecv = 1,
-  /// One broadcast from a root over `members`, in place in staging.
+  /// One broadcast from a root over each group, in place in staging.
   Broadcast = 2,
   /// An all-gather step phase whose members each contribute the same bytes
-  /// to all the others: one in-place all-gather over `members`.
+  /// to all the others: one in-place all-gather over each group.
   AllGather = 3,
   /// Both phases of an all-reduce step whose members all hold the same
-  /// pieces: pack them, one in-place sum over `members`, unpack.
+  /// pieces: pack them, one in-place sum over each group, unpack.
   AllReduce = 4,
   /// A reduce-scatter step whose members each receive one equal-sized sum:
-  /// one in-place reduce-scatter over `members`.
+  /// one in-place reduce-scatter over each group.
   ReduceScatter = 5,
 };
+
+/// Whether a segment calls one collective per group of Segment::groups.
+inline bool isCollective(SegmentMethod method) {
+  return method != SegmentMethod::Local && method != SegmentMethod::SendRecv;
+}
 
 struct DeviceSegment {
   std::vector<CopyRow> before;
   std::vector<CommRow> comm;
   std::vector<CopyRow> after;
   int64_t stagingBytes = 0;
+  /// The index in Segment::groups of the collective this device joins, or
+  /// -1 (no collective, or not a member of any).
+  int64_t group = -1;
 };
 
-struct Segment {
-  SegmentMethod method = SegmentMethod::Local;
-  /// The step and phase of the plan this segment runs; an AllReduce
-  /// segment runs every phase of its step (phase is 0).
+/// One step phase of the plan: an all-reduce segment runs every phase of
+/// its step and names phase 0.
+struct StepPhase {
   size_t step = 0;
   int phase = 0;
-  /// Sorted communicator members of a collective (every method but Local
-  /// and SendRecv).
-  std::vector<int64_t> members;
+  bool operator==(const StepPhase &other) const {
+    return step == other.step && phase == other.phase;
+  }
+};
+
+/// What every device runs at one point of the schedule. Step phases that
+/// communicate the same way on disjoint sets of devices (the all-gathers
+/// of the 1,024 "fsdp" groups of a pod, say) run side by side in one
+/// segment: no device sees more than one of them, so their order does not
+/// matter, and the schedule's size grows with the devices, not with
+/// devices x groups.
+struct Segment {
+  SegmentMethod method = SegmentMethod::Local;
+  /// The step phases this segment runs side by side, in plan order.
+  std::vector<StepPhase> phases;
+  /// Sorted communicator members of each collective side by side (every
+  /// method but Local and SendRecv); DeviceSegment::group indexes them.
+  std::vector<std::vector<int64_t>> groups;
   /// Indexed by the device's position in DeviceSchedule::devices.
   std::vector<DeviceSegment> perDevice;
 };
