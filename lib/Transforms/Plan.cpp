@@ -331,19 +331,25 @@ private:
 
     auto function = reshard->getParentOfType<FunctionOpInterface>();
     StringRef functionName = function ? function.getName() : StringRef();
-    stats += statsJson(functionName, reshard.getLoc(), type, source,
-                       destination, **plan) +
-             "\n";
-    plans += llvm::formatv("{0} {1}: {2} -> {3}\n", functionName,
-                           printed(reshard.getLoc()), printed(source),
-                           printed(destination))
-                 .str();
-    plans += planner::formatPlan(**plan);
-    for (const planner::Step &step : (*plan)->steps)
-      for (const planner::Transfer &transfer : step.transfers)
-        for (int64_t dst : transfer.dstDevices)
-          if (dst != transfer.srcDevice)
-            traffic[{transfer.srcDevice, dst}] += transfer.bytes;
+    // Reports only when asked for: on a pod their text costs as much as
+    // planning.
+    if (!statsFile.empty())
+      stats += statsJson(functionName, reshard.getLoc(), type, source,
+                         destination, **plan) +
+               "\n";
+    if (printPlan) {
+      plans += llvm::formatv("{0} {1}: {2} -> {3}\n", functionName,
+                             printed(reshard.getLoc()), printed(source),
+                             printed(destination))
+                   .str();
+      plans += planner::formatPlan(**plan);
+    }
+    if (!commMatrix.empty())
+      for (const planner::Step &step : (*plan)->steps)
+        for (const planner::Transfer &transfer : step.transfers)
+          for (int64_t dst : transfer.dstDevices)
+            if (dst != transfer.srcDevice)
+              traffic[{transfer.srcDevice, dst}] += transfer.bytes;
 
     OpBuilder builder(reshard);
     auto transfer = TransferOp::create(

@@ -163,18 +163,29 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
   llvm::DenseMap<int64_t, int64_t> sourcePositions = positionsOf(*source),
                                    destinationPositions =
                                        positionsOf(*destination);
-  auto boxOfDevice = [](const planner::TensorLayout &layout,
-                        const llvm::DenseMap<int64_t, int64_t> &positions,
-                        int64_t device) -> std::optional<planner::Box> {
-    if (layout.mesh().deviceIds.empty()) {
-      if (device < 0 || device >= layout.numDevices())
-        return std::nullopt;
-      return layout.boxAtPosition(device);
+  // Each device's tile once: a pod's all-gather names every receiver of
+  // every sender, 240 times per device at 16 devices per group.
+  using TileCache = llvm::DenseMap<int64_t, std::optional<planner::Box>>;
+  TileCache sourceTiles, destinationTiles;
+  // Whether `device` has a tile of `layout` that contains `box`.
+  auto holds = [](const planner::TensorLayout &layout,
+                  const llvm::DenseMap<int64_t, int64_t> &positions,
+                  TileCache &tiles, int64_t device, const planner::Box &box) {
+    auto [it, inserted] = tiles.try_emplace(device);
+    std::optional<planner::Box> &tile = it->second;
+    if (inserted && layout.mesh().deviceIds.empty()) {
+      if (device >= 0 && device < layout.numDevices())
+        tile = layout.boxAtPosition(device);
+    } else if (inserted) {
+      if (auto position = positions.find(device); position != positions.end())
+        tile = layout.boxAtPosition(position->second);
     }
-    auto it = positions.find(device);
-    if (it == positions.end())
-      return std::nullopt;
-    return layout.boxAtPosition(it->second);
+    if (!tile)
+      return false;
+    for (size_t d = 0; d < box.lo.size(); ++d)
+      if (box.lo[d] < tile->lo[d] || box.hi[d] > tile->hi[d])
+        return false;
+    return true;
   };
   // Boxes written (not accumulated) into each destination device's buffer:
   // without partial sums they must tile its box exactly, each element once.
@@ -233,11 +244,11 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       // A zero fill writes zeros where it lands and reads nothing.
       bool readsSender = step.getKind() != TransferStepKind::ZeroFill;
       bool fromDestination = transfer.getFromDestination();
-      std::optional<planner::Box> senderTile =
-          boxOfDevice(fromDestination ? *destination : *source,
-                      fromDestination ? destinationPositions : sourcePositions,
-                      transfer.getSrcDevice());
-      if (readsSender && (!senderTile || senderTile->intersect(box) != box))
+      if (readsSender &&
+          !holds(fromDestination ? *destination : *source,
+                 fromDestination ? destinationPositions : sourcePositions,
+                 fromDestination ? destinationTiles : sourceTiles,
+                 transfer.getSrcDevice(), box))
         return at() << "sender " << transfer.getSrcDevice()
                     << " does not hold the box in its "
                     << (transfer.getFromDestination() ? "destination"
@@ -253,10 +264,9 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
           return at() << "receiver " << dsts[i]
                       << " is not a participant of the step";
         bool intoSource = transfer.getIntoSource();
-        std::optional<planner::Box> tile = boxOfDevice(
-            intoSource ? *source : *destination,
-            intoSource ? sourcePositions : destinationPositions, dsts[i]);
-        if (!tile || tile->intersect(box) != box)
+        if (!holds(intoSource ? *source : *destination,
+                   intoSource ? sourcePositions : destinationPositions,
+                   intoSource ? sourceTiles : destinationTiles, dsts[i], box))
           return at() << "receiver " << dsts[i]
                       << " has no room for the box in its "
                       << (transfer.getIntoSource() ? "source" : "destination")
