@@ -12,6 +12,9 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
+#include <array>
+#include <unordered_map>
+
 using namespace mlir;
 using namespace polymesh;
 using namespace polymesh::conversion;
@@ -110,6 +113,169 @@ LLVM::LLVMFuncOp polymesh::conversion::declareFunction(ModuleOp module,
   return function;
 }
 
+namespace {
+/// A plan's tables with every device's rows as a block, stored once per
+/// distinct block: peers, ranks and members relative to the device, so
+/// that the devices of a regular mesh that do the same thing at the same
+/// offsets share one block whatever their ids.
+struct BlockTables {
+  std::vector<int64_t> copies, comms, members;
+  /// kRangeColumns per (segment, block), segment-major.
+  std::vector<int64_t> ranges;
+  /// Per position: its block. Per block: its staging bytes.
+  std::vector<int64_t> blockOf, staging;
+  int64_t maxGroupSize = 0;
+  bool hasAccumulate = false, hasZero = false;
+};
+
+/// One device's rows, row indices counted from the block's own start.
+struct Block {
+  std::vector<int64_t> copies, comms, members;
+  std::vector<std::array<int64_t, kRangeColumns>> ranges; // per segment
+  int64_t staging = 0;
+
+  bool operator==(const Block &other) const {
+    return copies == other.copies && comms == other.comms &&
+           members == other.members && ranges == other.ranges &&
+           staging == other.staging;
+  }
+  size_t hash() const {
+    llvm::hash_code code = llvm::hash_combine(
+        llvm::hash_combine_range(copies.begin(), copies.end()),
+        llvm::hash_combine_range(comms.begin(), comms.end()),
+        llvm::hash_combine_range(members.begin(), members.end()), staging);
+    for (const auto &range : ranges)
+      code = llvm::hash_combine(
+          code, llvm::hash_combine_range(range.begin(), range.end()));
+    return code;
+  }
+};
+
+void appendCopies(std::vector<int64_t> &copies,
+                  const std::vector<planner::CopyRow> &rows) {
+  for (const planner::CopyRow &row : rows) {
+    copies.insert(copies.end(),
+                  {static_cast<int64_t>(row.kind),
+                   static_cast<int64_t>(row.srcSpace), row.srcOffset,
+                   static_cast<int64_t>(row.dstSpace), row.dstOffset,
+                   row.runBytes});
+    copies.insert(copies.end(), row.counts.begin(), row.counts.end());
+    copies.insert(copies.end(), row.srcStrides.begin(), row.srcStrides.end());
+    copies.insert(copies.end(), row.dstStrides.begin(), row.dstStrides.end());
+  }
+}
+
+/// Position p's block of `schedule` (see CommColumn for what is relative).
+Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
+              int64_t copyColumns) {
+  const std::vector<int64_t> &devices = schedule.devices;
+  int64_t device = devices[p];
+  Block block;
+  block.staging = schedule.stagingBytes[p];
+  for (const planner::Segment &segment : schedule.segments) {
+    const planner::DeviceSegment &mine = segment.perDevice[p];
+    bool sendRecv = segment.method == planner::SegmentMethod::SendRecv;
+    std::array<int64_t, kRangeColumns> range{};
+    llvm::ArrayRef<int64_t> group;
+    if (mine.group >= 0) {
+      group = segment.groups[mine.group];
+      range[kMembersBegin] = block.members.size();
+      for (int64_t member : group)
+        block.members.push_back(member - device);
+      range[kMembersEnd] = block.members.size();
+    }
+    range[kBeforeBegin] = block.copies.size() / copyColumns;
+    appendCopies(block.copies, mine.before);
+    range[kBeforeEnd] = block.copies.size() / copyColumns;
+    range[kCommBegin] = block.comms.size() / kCommColumns;
+    int64_t packed = 0; // before rows some call needs first
+    for (const planner::CommRow &row : mine.comm) {
+      int64_t rank;
+      if (isCollective(segment.method))
+        rank = llvm::find(group, row.peer) - group.begin();
+      else
+        rank = (llvm::lower_bound(devices, row.peer) - devices.begin()) -
+               static_cast<int64_t>(p);
+      int64_t packsBegin = sendRecv ? packed : 0;
+      if (sendRecv)
+        packed = std::max(packed, row.packsBefore);
+      block.comms.insert(block.comms.end(),
+                         {static_cast<int64_t>(row.kind), row.peer - device,
+                          row.stagingOffset, row.bytes, rank,
+                          static_cast<int64_t>(row.space), packsBegin,
+                          sendRecv ? packed : 0});
+    }
+    range[kCommEnd] = block.comms.size() / kCommColumns;
+    range[kPackedEnd] = range[kBeforeBegin] + packed;
+    range[kAfterBegin] = block.copies.size() / copyColumns;
+    appendCopies(block.copies, mine.after);
+    range[kAfterEnd] = block.copies.size() / copyColumns;
+    block.ranges.push_back(range);
+  }
+  return block;
+}
+
+BlockTables buildBlockTables(const planner::DeviceSchedule &schedule) {
+  int64_t copyColumns = kFixedCopyColumns + 3 * schedule.outerDims;
+  BlockTables tables;
+  for (const planner::Segment &segment : schedule.segments)
+    for (const std::vector<int64_t> &group : segment.groups)
+      tables.maxGroupSize =
+          std::max(tables.maxGroupSize, static_cast<int64_t>(group.size()));
+  // Distinct blocks by hash; each block's rows are kept once, in `unique`.
+  std::vector<Block> unique;
+  std::unordered_multimap<size_t, int64_t> byHash;
+  for (size_t p = 0; p < schedule.devices.size(); ++p) {
+    Block block = blockOf(schedule, p, copyColumns);
+    size_t hash = block.hash();
+    int64_t found = -1;
+    for (auto [it, end] = byHash.equal_range(hash); it != end && found < 0;
+         ++it)
+      if (unique[it->second] == block)
+        found = it->second;
+    if (found < 0) {
+      found = unique.size();
+      byHash.emplace(hash, found);
+      unique.push_back(std::move(block));
+    }
+    tables.blockOf.push_back(found);
+  }
+  // Segment-major ranges over the blocks, row indices made absolute.
+  std::vector<int64_t> copyBase, commBase, membersBase;
+  for (const Block &block : unique) {
+    copyBase.push_back(tables.copies.size() / copyColumns);
+    commBase.push_back(tables.comms.size() / kCommColumns);
+    membersBase.push_back(tables.members.size());
+    tables.copies.insert(tables.copies.end(), block.copies.begin(),
+                         block.copies.end());
+    tables.comms.insert(tables.comms.end(), block.comms.begin(),
+                        block.comms.end());
+    tables.members.insert(tables.members.end(), block.members.begin(),
+                          block.members.end());
+    tables.staging.push_back(block.staging);
+  }
+  for (size_t s = 0; s < schedule.segments.size(); ++s)
+    for (size_t b = 0; b < unique.size(); ++b) {
+      std::array<int64_t, kRangeColumns> range = unique[b].ranges[s];
+      for (int column :
+           {kBeforeBegin, kBeforeEnd, kPackedEnd, kAfterBegin, kAfterEnd})
+        range[column] += copyBase[b];
+      range[kCommBegin] += commBase[b];
+      range[kCommEnd] += commBase[b];
+      range[kMembersBegin] += membersBase[b];
+      range[kMembersEnd] += membersBase[b];
+      tables.ranges.insert(tables.ranges.end(), range.begin(), range.end());
+    }
+  for (size_t c = 0; c < tables.copies.size(); c += copyColumns) {
+    tables.hasAccumulate |= tables.copies[c + kKind] ==
+                            static_cast<int64_t>(planner::CopyKind::Accumulate);
+    tables.hasZero |= tables.copies[c + kKind] ==
+                      static_cast<int64_t>(planner::CopyKind::Zero);
+  }
+  return tables;
+}
+} // namespace
+
 FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   std::string planName = op.getPlan().str();
   if (auto it = plans.find(planName); it != plans.end())
@@ -153,89 +319,35 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
 
   PlanTables &tables = plans[planName];
   tables.schedule = std::move(*schedule);
-  const planner::DeviceSchedule &s = tables.schedule;
-  int64_t numDevices = devices.size();
-  int64_t outer = s.outerDims;
-  int64_t copyColumns = kFixedCopyColumns + 3 * outer;
-
-  std::vector<int64_t> copies, comms, ranges, members;
-  auto addCopies = [&](const std::vector<planner::CopyRow> &rows) {
-    for (const planner::CopyRow &row : rows) {
-      tables.hasAccumulate |= row.kind == planner::CopyKind::Accumulate;
-      tables.hasZero |= row.kind == planner::CopyKind::Zero;
-      copies.insert(copies.end(),
-                    {static_cast<int64_t>(row.kind),
-                     static_cast<int64_t>(row.srcSpace), row.srcOffset,
-                     static_cast<int64_t>(row.dstSpace), row.dstOffset,
-                     row.runBytes});
-      copies.insert(copies.end(), row.counts.begin(), row.counts.end());
-      copies.insert(copies.end(), row.srcStrides.begin(), row.srcStrides.end());
-      copies.insert(copies.end(), row.dstStrides.begin(), row.dstStrides.end());
-    }
-  };
-  for (const planner::Segment &segment : s.segments) {
-    bool sendRecv = segment.method == planner::SegmentMethod::SendRecv;
-    std::vector<int64_t> groupBegin;
-    for (const std::vector<int64_t> &group : segment.groups) {
-      groupBegin.push_back(members.size());
-      members.insert(members.end(), group.begin(), group.end());
-    }
-    for (int64_t p = 0; p < numDevices; ++p) {
-      const planner::DeviceSegment &mine = segment.perDevice[p];
-      int64_t range[kRangeColumns];
-      llvm::ArrayRef<int64_t> group;
-      range[kMembersBegin] = range[kMembersEnd] = 0;
-      if (mine.group >= 0) {
-        group = segment.groups[mine.group];
-        range[kMembersBegin] = groupBegin[mine.group];
-        range[kMembersEnd] = range[kMembersBegin] + group.size();
-      }
-      range[kBeforeBegin] = copies.size() / copyColumns;
-      addCopies(mine.before);
-      range[kBeforeEnd] = copies.size() / copyColumns;
-      range[kCommBegin] = comms.size() / kCommColumns;
-      int64_t packed = range[kBeforeBegin];
-      for (const planner::CommRow &row : mine.comm) {
-        int64_t rank;
-        if (isCollective(segment.method))
-          rank = llvm::find(group, row.peer) - group.begin();
-        else
-          rank = llvm::lower_bound(devices, row.peer) - devices.begin();
-        // Pack ranges mean something in send/recv segments only (0, 0
-        // elsewhere).
-        int64_t packsBegin = sendRecv ? packed : 0;
-        if (sendRecv)
-          packed = std::max(packed, range[kBeforeBegin] + row.packsBefore);
-        comms.insert(comms.end(), {static_cast<int64_t>(row.kind), row.peer,
-                                   row.stagingOffset, row.bytes, rank,
-                                   static_cast<int64_t>(row.space), packsBegin,
-                                   sendRecv ? packed : 0});
-      }
-      range[kCommEnd] = comms.size() / kCommColumns;
-      range[kPackedEnd] = packed;
-      range[kAfterBegin] = copies.size() / copyColumns;
-      addCopies(mine.after);
-      range[kAfterEnd] = copies.size() / copyColumns;
-      ranges.insert(ranges.end(), range, range + kRangeColumns);
-    }
-  }
+  BlockTables built = buildBlockTables(tables.schedule);
+  tables.hasAccumulate = built.hasAccumulate;
+  tables.hasZero = built.hasZero;
+  tables.numBlocks = built.staging.size();
+  tables.maxGroupSize = built.maxGroupSize;
+  int64_t numBlocks = tables.numBlocks;
+  int64_t copyColumns = kFixedCopyColumns + 3 * tables.schedule.outerDims;
   std::string prefix = "__polymesh_" + planName;
-  int64_t numCopyRows = copies.size() / copyColumns;
-  int64_t numCommRows = comms.size() / kCommColumns;
+  int64_t numCopyRows = built.copies.size() / copyColumns;
+  int64_t numCommRows = built.comms.size() / kCommColumns;
   if (numCopyRows)
     tables.copies =
-        addGlobal(prefix + "_copies", {numCopyRows, copyColumns}, copies);
+        addGlobal(prefix + "_copies", {numCopyRows, copyColumns}, built.copies);
   if (numCommRows)
     tables.comms =
-        addGlobal(prefix + "_comms", {numCommRows, kCommColumns}, comms);
+        addGlobal(prefix + "_comms", {numCommRows, kCommColumns}, built.comms);
   tables.ranges = addGlobal(
       prefix + "_ranges",
-      {static_cast<int64_t>(s.segments.size()) * numDevices, kRangeColumns},
-      ranges);
-  tables.staging = addGlobal(prefix + "_staging", {numDevices}, s.stagingBytes);
-  if (!members.empty())
-    tables.members = addGlobal(prefix + "_members",
-                               {static_cast<int64_t>(members.size())}, members);
+      {static_cast<int64_t>(tables.schedule.segments.size()) * numBlocks,
+       kRangeColumns},
+      built.ranges);
+  tables.blocks =
+      addGlobal(prefix + "_blocks",
+                {static_cast<int64_t>(built.blockOf.size())}, built.blockOf);
+  tables.staging = addGlobal(prefix + "_staging", {numBlocks}, built.staging);
+  if (!built.members.empty())
+    tables.members =
+        addGlobal(prefix + "_members",
+                  {static_cast<int64_t>(built.members.size())}, built.members);
   return &tables;
 }
 

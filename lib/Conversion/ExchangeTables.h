@@ -23,6 +23,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "llvm/ADT/StringMap.h"
 
 #include <map>
@@ -57,16 +58,18 @@ enum RangeColumn : int64_t {
   /// run after the calls are posted.
   kPackedEnd,
   /// Collective segments: the device's group as rows [begin, end) of the
-  /// plan's members table (empty when the device joins none).
+  /// plan's members table, each member id minus the device's (empty when
+  /// the device joins none).
   kMembersBegin,
   kMembersEnd,
   kRangeColumns
 };
-/// Columns of a communication row: the peer (or broadcast root) as a device
-/// id and as a rank (its position in the program's devices, or the root's
-/// index in the broadcast's group; for the other collectives the peer is
-/// the caller and the rank its own index in its group), for runtimes that
-/// address ranks.
+/// Columns of a communication row, relative to the calling device so that
+/// devices doing the same thing share rows: the peer (or broadcast root) as
+/// a device id minus the caller's, and as a rank (send/recv: the peer's
+/// position in the program's devices minus the caller's; broadcast: the
+/// root's index in the group; other collectives, whose peer is the caller:
+/// the caller's index in its group), for runtimes that address ranks.
 enum CommColumn : int64_t {
   kCommKind,
   kPeer,
@@ -77,8 +80,8 @@ enum CommColumn : int64_t {
   /// destination tile for boxes sent or received in place.
   kSpace,
   /// SendRecv segments: the copy rows to run right before this call
-  /// (CommRow::packsBefore, as rows of the copy table), so that each box
-  /// leaves as soon as it is packed.
+  /// (CommRow::packsBefore, counted from the segment's kBeforeBegin), so
+  /// that each box leaves as soon as it is packed.
   kPacksBegin,
   kPacksEnd,
   kCommColumns
@@ -96,9 +99,14 @@ using planner::isCollective;
 /// The globals holding one plan's schedule.
 struct PlanTables {
   planner::DeviceSchedule schedule;
-  /// `members` holds every collective group of every segment, one after
-  /// the other (empty when the plan has none).
-  std::string copies, ranges, comms, staging, members;
+  /// Tables over distinct blocks (a device's rows, relative to the device):
+  /// `blocks` maps positions to blocks; `ranges` is per (segment, block),
+  /// `staging` per block; `members` holds every block's groups, as member
+  /// id - device id (empty when the plan has none).
+  std::string copies, ranges, comms, staging, members, blocks;
+  int64_t numBlocks = 0;
+  /// The largest collective group (members materialized per call).
+  int64_t maxGroupSize = 0;
   bool hasAccumulate = false;
   bool hasZero = false;
 };
@@ -198,6 +206,37 @@ public:
       b.setInsertionPoint(ifOp.elseBlock()->getTerminator());
       elseBody();
     }
+  }
+
+  /// An i64 array of `size` entries on the stack of the function around
+  /// the builder's position, allocated in its entry block (once, even when
+  /// the exchange sits in a loop).
+  Value entryAlloca(int64_t size) {
+    Block *entry = &b.getInsertionBlock()
+                        ->getParent()
+                        ->getParentOfType<FunctionOpInterface>()
+                        .getFunctionBody()
+                        .front();
+    OpBuilder atEntry = OpBuilder::atBlockBegin(entry);
+    Value count = arith::ConstantIntOp::create(atEntry, loc, size, 64);
+    return LLVM::AllocaOp::create(atEntry, loc,
+                                  LLVM::LLVMPointerType::get(b.getContext()),
+                                  b.getI64Type(), count, alignof(int64_t));
+  }
+  /// The caller's group in a collective segment, from the range row
+  /// `rangeRow` and the relative `members` table: its absolute ids written
+  /// to `buffer`, returned with their count.
+  std::pair<Value, Value> group(Value ranges, Value rangeRow, Value members,
+                                Value device, Value buffer) {
+    Value begin = load(ranges, {rangeRow, index(kMembersBegin)});
+    Value end = load(ranges, {rangeRow, index(kMembersEnd)});
+    loop(toIndex(begin), toIndex(end), [&](Value i) {
+      Value slot = LLVM::GEPOp::create(
+          b, loc, LLVM::LLVMPointerType::get(b.getContext()), b.getI64Type(),
+          buffer, ValueRange{arith::SubIOp::create(b, loc, toI64(i), begin)});
+      LLVM::StoreOp::create(b, loc, add(device, load(members, {i})), slot);
+    });
+    return {buffer, arith::SubIOp::create(b, loc, end, begin)};
   }
 
   OpBuilder &b;

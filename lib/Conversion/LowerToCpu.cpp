@@ -141,8 +141,12 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
                            arith::ConstantIntOp::create(builder, loc, 0, 8),
                            e.i64(resultBytes), /*isVolatile=*/false);
 
-  Value stagingTable = e.global(tables.staging, {numDevices});
-  Value stagingBytes = e.load(stagingTable, {position});
+  // The device's block of rows (ExchangeTables.h): every table below but
+  // this one is indexed by block.
+  Value block =
+      e.toIndex(e.load(e.global(tables.blocks, {numDevices}), {position}));
+  Value stagingTable = e.global(tables.staging, {tables.numBlocks});
+  Value stagingBytes = e.load(stagingTable, {block});
   // The runtime keeps one staging buffer per device for the whole run:
   // no allocation (or page faults on fresh pages) per exchange.
   Value staging =
@@ -166,12 +170,15 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
                                         tables.comms);
   Value ranges = memref::GetGlobalOp::create(
       builder, loc, globalType(tables.ranges), tables.ranges);
-  // Every collective group of the plan, one after the other; a segment's
-  // range row says where the device's own group is.
-  Value membersAddress;
-  if (!tables.members.empty())
-    membersAddress = e.address(memref::GetGlobalOp::create(
-        builder, loc, globalType(tables.members), tables.members));
+  // Every collective group of every block, relative to the device; a
+  // segment's range row says where the device's own group is, and the
+  // group is written out as device ids before each collective call.
+  Value members, groupBuffer;
+  if (!tables.members.empty()) {
+    members = memref::GetGlobalOp::create(
+        builder, loc, globalType(tables.members), tables.members);
+    groupBuffer = e.entryAlloca(tables.maxGroupSize);
+  }
 
   auto baseOf = [&](Value space) {
     Value isSource = e.eq(space, 0);
@@ -269,16 +276,12 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
 
   for (auto [index, segment] : llvm::enumerate(schedule.segments)) {
     Value rangeRow = arith::AddIOp::create(
-        builder, loc, e.index(index * numDevices), position);
+        builder, loc, e.index(index * tables.numBlocks), block);
     auto range = [&](int64_t c) {
       return e.toIndex(e.load(ranges, {rangeRow, e.index(c)}));
     };
-    // The caller's group: a pointer into the members table and its size.
-    auto group = [&]() -> std::pair<Value, Value> {
-      Value begin = e.load(ranges, {rangeRow, e.index(kMembersBegin)});
-      Value end = e.load(ranges, {rangeRow, e.index(kMembersEnd)});
-      Value at = e.add(membersAddress, e.mul(begin, e.i64(sizeof(int64_t))));
-      return {e.pointer(at), arith::SubIOp::create(builder, loc, end, begin)};
+    auto callerGroup = [&]() {
+      return e.group(ranges, rangeRow, members, device, groupBuffer);
     };
     bool sendRecv = segment.method == planner::SegmentMethod::SendRecv;
     // Send/recv segments pack each box right before its send, inside the
@@ -298,10 +301,15 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
             any,
             [&]() {
               e.call(groupStart, {runtime, device});
+              Value packs = range(kBeforeBegin);
               e.loop(begin, end, [&](Value row) {
-                runCopies(e.toIndex(commColumn(row, kPacksBegin)),
-                          e.toIndex(commColumn(row, kPacksEnd)));
-                Value peer = commColumn(row, kPeer);
+                runCopies(arith::AddIOp::create(
+                              builder, loc, packs,
+                              e.toIndex(commColumn(row, kPacksBegin))),
+                          arith::AddIOp::create(
+                              builder, loc, packs,
+                              e.toIndex(commColumn(row, kPacksEnd))));
+                Value peer = e.add(device, commColumn(row, kPeer));
                 Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
                                            commColumn(row, kStagingOffset)));
                 Value bytes = commColumn(row, kBytes);
@@ -319,20 +327,20 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
             },
             [&]() { runCopies(range(kBeforeBegin), range(kBeforeEnd)); });
       } else if (segment.method == planner::SegmentMethod::Broadcast) {
-        Value members, numMembers;
-        std::tie(members, numMembers) = group();
+        Value group, numMembers;
+        std::tie(group, numMembers) = callerGroup();
         e.loop(begin, end, [&](Value row) {
           Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
                                      commColumn(row, kStagingOffset)));
-          e.call(broadcastFn,
-                 {runtime, device, members, numMembers, commColumn(row, kPeer),
-                  at, at, commColumn(row, kBytes)});
+          Value root = e.add(device, commColumn(row, kPeer));
+          e.call(broadcastFn, {runtime, device, group, numMembers, root, at, at,
+                               commColumn(row, kBytes)});
         });
       } else if (isCollective(segment.method)) {
         // In place in staging (or the source tile), as the row says; the
         // rank column is the caller's index among the members.
-        Value members, numMembers;
-        std::tie(members, numMembers) = group();
+        Value group, numMembers;
+        std::tie(group, numMembers) = callerGroup();
         Value sum =
             arith::ConstantIntOp::create(builder, loc, POLYMESH_RT_SUM, 32);
         e.loop(begin, end, [&](Value row) {
@@ -344,17 +352,17 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
               arith::DivSIOp::create(builder, loc, bytes, e.i64(elementBytes));
           switch (segment.method) {
           case planner::SegmentMethod::AllGather:
-            e.call(allGatherFn, {runtime, device, members, numMembers,
+            e.call(allGatherFn, {runtime, device, group, numMembers,
                                  e.pointer(own), e.pointer(at), bytes});
             break;
           case planner::SegmentMethod::AllReduce:
             e.call(allReduceFn,
-                   {runtime, device, members, numMembers, e.pointer(at),
+                   {runtime, device, group, numMembers, e.pointer(at),
                     e.pointer(at), count, sumDtype(), sum});
             break;
           default:
             e.call(reduceScatterFn,
-                   {runtime, device, members, numMembers, e.pointer(at),
+                   {runtime, device, group, numMembers, e.pointer(at),
                     e.pointer(own), count, sumDtype(), sum});
             break;
           }

@@ -471,7 +471,12 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
     sourceAddress = toPtrInt(scratch);
   }
 
-  Value stagingBytes = e.load(e.global(plan.staging, {numDevices}), {position});
+  // The device's block of rows (ExchangeTables.h): every table below but
+  // this one is indexed by block.
+  Value block =
+      e.toIndex(e.load(e.global(plan.blocks, {numDevices}), {position}));
+  Value stagingBytes =
+      e.load(e.global(plan.staging, {plan.numBlocks}), {block});
   Value staging =
       call(alloc,
            {runtime, device,
@@ -488,12 +493,15 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         builder, loc, tables.globalType(plan.comms), plan.comms);
   Value ranges = memref::GetGlobalOp::create(
       builder, loc, tables.globalType(plan.ranges), plan.ranges);
-  // Every collective group of the plan, one after the other; a segment's
-  // range row says where the device's own group is.
-  Value membersAddress;
-  if (!plan.members.empty())
-    membersAddress = e.address(memref::GetGlobalOp::create(
-        builder, loc, tables.globalType(plan.members), plan.members));
+  // Every collective group of every block, relative to the device; a
+  // segment's range row says where the device's own group is, and the
+  // group is written out as device ids before each communicator lookup.
+  Value members, groupBuffer;
+  if (!plan.members.empty()) {
+    members = memref::GetGlobalOp::create(
+        builder, loc, tables.globalType(plan.members), plan.members);
+    groupBuffer = e.entryAlloca(plan.maxGroupSize);
+  }
 
   auto baseOf = [&](Value space) {
     Value other = arith::SelectOp::create(builder, loc, e.eq(space, 1),
@@ -572,16 +580,12 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
 
   for (auto [index, segment] : llvm::enumerate(schedule.segments)) {
     Value rangeRow = arith::AddIOp::create(
-        builder, loc, e.index(index * numDevices), position);
+        builder, loc, e.index(index * plan.numBlocks), block);
     auto range = [&](int64_t c) {
       return e.toIndex(e.load(ranges, {rangeRow, e.index(c)}));
     };
-    // The caller's group: a pointer into the members table and its size.
-    auto group = [&]() -> std::pair<Value, Value> {
-      Value begin = e.load(ranges, {rangeRow, e.index(kMembersBegin)});
-      Value end = e.load(ranges, {rangeRow, e.index(kMembersEnd)});
-      Value at = e.add(membersAddress, e.mul(begin, e.i64(sizeof(int64_t))));
-      return {e.pointer(at), arith::SubIOp::create(builder, loc, end, begin)};
+    auto callerGroup = [&]() {
+      return e.group(ranges, rangeRow, members, device, groupBuffer);
     };
     runCopies(range(kBeforeBegin), range(kBeforeEnd));
     if (comms) {
@@ -604,7 +608,10 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
             Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
                                        commColumn(row, kStagingOffset)));
             Value bytes = commColumn(row, kBytes);
-            Value rank = rankOf(row);
+            // Send/recv ranks are relative to the caller's position.
+            Value rank = arith::TruncIOp::create(
+                builder, loc, i32Type,
+                e.add(e.toI64(position), commColumn(row, kPeerRank)));
             e.ifThenElse(
                 e.eq(commColumn(row, kCommKind), 0),
                 [&]() {
@@ -626,11 +633,11 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                     "ncclGroupEnd");
         });
       } else if (segment.method == planner::SegmentMethod::Broadcast) {
-        Value members, numMembers;
-        std::tie(members, numMembers) = group();
+        Value group, numMembers;
+        std::tie(group, numMembers) = callerGroup();
         e.loop(begin, end, [&](Value row) {
           Value comm =
-              call(commFn, {runtime, device, members, numMembers}).getResult();
+              call(commFn, {runtime, device, group, numMembers}).getResult();
           Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
                                      commColumn(row, kStagingOffset)));
           checkNccl(builder, loc,
@@ -643,14 +650,14 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         // NCCL's in-place forms on the members' communicator: the rank
         // column is the caller's index among the members. All-gather moves
         // bytes; sums use the element type.
-        Value members, numMembers;
-        std::tie(members, numMembers) = group();
+        Value group, numMembers;
+        std::tie(group, numMembers) = callerGroup();
         Value dtype = arith::ConstantIntOp::create(
             builder, loc, ncclSumDtype(element).value_or(-1), 32);
         Value sum = arith::ConstantIntOp::create(builder, loc, kNcclSum, 32);
         e.loop(begin, end, [&](Value row) {
           Value comm =
-              call(commFn, {runtime, device, members, numMembers}).getResult();
+              call(commFn, {runtime, device, group, numMembers}).getResult();
           Value at = e.add(baseOf(commColumn(row, kSpace)),
                            commColumn(row, kStagingOffset));
           Value bytes = commColumn(row, kBytes);

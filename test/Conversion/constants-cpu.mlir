@@ -15,8 +15,8 @@
 // CHECK-NEXT: llvm.mlir.global private constant @__constant_4x2xindex_3(dense<{{\[\[}}0, 0], [0, 0], [2, 0], [2, 0]]>
 // CHECK-NEXT: llvm.mlir.global private constant @__constant_4x4xi32_2(dense<{{\[\[}}4, 3, 2, 1],
 // CHECK-NEXT: llvm.mlir.global private constant @__constant_8xf32_1(dense<[8.000000e+00,
-// CHECK-NEXT: llvm.mlir.global private constant @__constant_4x4xi32(dense<{{\[\[}}1, 2, 3, 4],
 // CHECK-NEXT: llvm.mlir.global private constant @__constant_4x2xindex(dense<{{\[\[}}0, 0], [0, 2], [2, 0], [2, 2]]>
+// CHECK-NEXT: llvm.mlir.global private constant @__constant_4x4xi32(dense<{{\[\[}}1, 2, 3, 4],
 // CHECK-NEXT: llvm.mlir.global private constant @__constant_2x2xi32(dense<3>
 // CHECK-NEXT: llvm.mlir.global private constant @__constant_8xf32_0(dense<[1.000000e+00,
 // CHECK-NEXT: llvm.mlir.global private constant @__constant_2x1xindex(dense<{{\[\[}}0], [4]]>

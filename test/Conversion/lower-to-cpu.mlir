@@ -8,19 +8,22 @@
 
 // A broadcast step (the Orbax restore pattern): the two steps' broadcasts
 // have disjoint groups, so they run side by side: one polymesh_rt_broadcast
-// call site, each device's group read from the plan's members table (both
-// groups, one after the other) through its range row. Each column half is a whole tile on the root
+// call site. Tables hold each distinct device block once, relative to the
+// device: devices 0 and 1 (the roots) do the same thing, as do 2 and 3,
+// 4 and 5, 6 and 7, so 8 devices need 4 blocks (the `blocks` table), with
+// the root and the group's members as device id differences. Each column half is a whole tile on the root
 // and on the receivers, so it is broadcast in place: from the root's source
 // tile (space 0) into the receivers' destination tiles (space 1), without
 // staging; the only copies are the roots' local ones.
 polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
 polymesh.mesh @train = <["dp"=4, "tp"=2]>
 
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members(dense<[0, 2, 4, 6, 1, 3, 5, 7]> : tensor<8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members(dense<[0, 2, 4, 6, -2, 0, 2, 4, -4, -2, 0, 2, -6, -4, -2, 0]> : tensor<16xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranges(
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_copies(dense<{{\[\[}}0, 0, 0, 1, 0, 1024, 1, 0, 0], [0, 0, 0, 1, 0, 1024, 1, 0, 0]]> : tensor<2x9xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 0, 0, 0], [2, 1, 0, 1024, 0, 0, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0], [2, 0, 0, 1024, 0, 1, 0, 0], [2, 1, 0, 1024, 0, 1, 0, 0]]> : tensor<8x8xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<0> : tensor<8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_copies(dense<{{\[\[}}0, 0, 0, 1, 0, 1024, 1, 0, 0]]> : tensor<1x9xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 0, 0, 0], [2, -2, 0, 1024, 0, 1, 0, 0], [2, -4, 0, 1024, 0, 1, 0, 0], [2, -6, 0, 1024, 0, 1, 0, 0]]> : tensor<4x8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<0> : tensor<4xi64>)
 // CHECK-DAG: llvm.func @polymesh_rt_broadcast(!llvm.ptr, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-LABEL: llvm.func @restore__part0(
 // CHECK-SAME: %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64,
@@ -40,14 +43,16 @@ func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding
 // Rows to columns across meshes: every box is packed out of its row tile
 // (it is not one run there) right before its send, inside the group, so
 // that it leaves while the next box is packed. The comms table's last two
-// columns are the copy rows to run before each call: device 0 packs copy
-// row 0 before its send to device 2 and row 1 before its send to device 3,
-// device 1 rows 2 and 3; the receivers (kind 1) take each box in place (one
-// run of a column tile), with nothing to pack.
+// columns are the copy rows to run before each call, counted from the
+// device's first copy row in the segment: device 0 packs its row 0 before
+// its send to device 2 (peer +2, rank +2) and row 1 before its send to
+// device 3, device 1 the same rows of its own block before its sends to
+// devices 2 (+1) and 3 (+2); the receivers (kind 1) take each box in place
+// (one run of a column tile), with nothing to pack.
 polymesh.mesh @rows = <["x"=2], device_ids=[0, 1]>
 polymesh.mesh @cols = <["y"=2], device_ids=[2, 3]>
 
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_transpose__plan0_comms(dense<{{\[\[}}0, 2, 0, 64, 2, 2, 0, 1], [0, 3, 64, 64, 3, 2, 1, 2], [0, 2, 0, 64, 2, 2, 2, 3], [0, 3, 64, 64, 3, 2, 3, 4], [1, 0, 0, 64, 0, 1, 4, 4], [1, 1, 64, 64, 1, 1, 4, 4], [1, 0, 0, 64, 0, 1, 4, 4], [1, 1, 64, 64, 1, 1, 4, 4]]> : tensor<8x8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_transpose__plan0_comms(dense<{{\[\[}}0, 2, 0, 64, 2, 2, 0, 1], [0, 3, 64, 64, 3, 2, 1, 2], [0, 1, 0, 64, 1, 2, 0, 1], [0, 2, 64, 64, 2, 2, 1, 2], [1, -2, 0, 64, -2, 1, 0, 0], [1, -1, 64, 64, -1, 1, 0, 0], [1, -3, 0, 64, -3, 1, 0, 0], [1, -2, 64, 64, -2, 1, 0, 0]]> : tensor<8x8xi64>)
 // CHECK-LABEL: llvm.func @transpose__part0(
 // CHECK: llvm.call @polymesh_rt_group_start
 // CHECK: "llvm.intr.memcpy"
