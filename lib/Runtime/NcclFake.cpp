@@ -1246,7 +1246,15 @@ const NcclApi &fakeNcclApi() {
   return api;
 }
 
-FakeNcclTransport::~FakeNcclTransport() = default;
+SimulatedGpuTransport::~SimulatedGpuTransport() = default;
+
+const NcclApi &simulatedNcclApi() { return fakeNcclApi(); }
+
+void resetSimulatedGpus(int numDevices) { FakeNccl::reset(numDevices); }
+
+void connectSimulatedGpus(std::shared_ptr<SimulatedGpuTransport> transport) {
+  FakeNccl::connect(std::move(transport));
+}
 
 void FakeNccl::connect(std::shared_ptr<FakeNcclTransport> transport) {
   Engine &e = engine();

@@ -1,7 +1,7 @@
 //===- NcclFake.h - A simulated CUDA runtime and NCCL -----------*- C++ -*-===//
 //
-// Part of Polymesh. Internal to the runtime's tests and tools: library
-// PolymeshRuntimeNcclFake.
+// Part of Polymesh. Internal to the runtime's tests: library
+// PolymeshGpuSimulator, whose public face is polymesh/Runtime/GpuSimulator.h.
 //
 //===----------------------------------------------------------------------===//
 //
@@ -37,6 +37,7 @@
 #define POLYMESH_LIB_RUNTIME_NCCLFAKE_H
 
 #include "NcclApi.h"
+#include "polymesh/Runtime/GpuSimulator.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -51,22 +52,8 @@ namespace polymesh::runtime {
 /// The simulated CUDA runtime and NCCL.
 const NcclApi &fakeNcclApi();
 
-/// Carries the simulation's messages when the simulated GPUs of one job
-/// live in several processes (the ranks of an MPI job, say): each process
-/// simulates its own GPUs, and a communicator's ranks may sit in any of
-/// them. Only the simulation calls it, under its lock.
-class FakeNcclTransport {
-public:
-  virtual ~FakeNcclTransport();
-  /// This process, and the number of processes, of the job.
-  virtual int process() const = 0;
-  virtual int numProcesses() const = 0;
-  /// Sends `message` to process `to` (not this one), without blocking.
-  /// Messages from one process to another arrive in order.
-  virtual absl::Status send(int to, std::string message) = 0;
-  /// A message that arrived, if any.
-  virtual absl::StatusOr<std::optional<std::string>> poll() = 0;
-};
+/// The transport of a simulation spread over processes (GpuSimulator.h).
+using FakeNcclTransport = SimulatedGpuTransport;
 
 /// Controls of the simulator, which is process-wide like the libraries it
 /// stands for.

@@ -30,10 +30,9 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "polymesh/Runtime/GpuSimulator.h"
 #include "polymesh/Runtime/NcclBackend.h"
 #include "polymesh/Runtime/Store.h"
-
-#include "NcclFake.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -473,8 +472,8 @@ int reportCreationFailure(const absl::Status &status) {
 int runSingleProcess(const Arguments &args) {
   const NcclApi *api = nullptr;
   if (args.simulate) {
-    FakeNccl::reset(args.simulate);
-    api = &fakeNcclApi();
+    resetSimulatedGpus(args.simulate);
+    api = &simulatedNcclApi();
     std::printf("polymesh-nccl-check: simulated CUDA and NCCL with %d "
                 "devices: no GPU is used\n",
                 args.simulate);
@@ -658,7 +657,7 @@ int main(int argc, char **argv) {
   }
   if (args.countDevices) {
     absl::StatusOr<int> count =
-        cudaDeviceCount(args.simulate ? &fakeNcclApi() : nullptr);
+        cudaDeviceCount(args.simulate ? &simulatedNcclApi() : nullptr);
     if (!count.ok()) {
       std::printf("%s\n", std::string(count.status().message()).c_str());
       return kExitSkip;

@@ -49,8 +49,8 @@
 #include "polymesh/Execution/MpiTarget.h"
 #endif
 #if POLYMESH_HAVE_NCCL
-#include "NcclFake.h"
 #include "polymesh/Execution/CudaTarget.h"
+#include "polymesh/Runtime/GpuSimulator.h"
 #include "polymesh/Runtime/NcclBackend.h"
 #endif
 
@@ -225,7 +225,7 @@ runtime::DeviceOwnership ownership;
 /// channel of their own.
 std::shared_ptr<runtime::MpiStore> ncclStore;
 
-class MpiFakeNcclTransport final : public runtime::FakeNcclTransport {
+class MpiFakeNcclTransport final : public runtime::SimulatedGpuTransport {
 public:
   explicit MpiFakeNcclTransport(std::unique_ptr<runtime::MpiChannel> channel)
       : channel(std::move(channel)) {}
@@ -262,7 +262,7 @@ LogicalResult connectNcclProcesses() {
     }
   ncclStore = std::make_shared<runtime::MpiStore>(std::move(*storeChannel));
   if (simulateGpus)
-    runtime::FakeNccl::connect(
+    runtime::connectSimulatedGpus(
         std::make_shared<MpiFakeNcclTransport>(std::move(*fakeChannel)));
   return success();
 }
@@ -625,8 +625,8 @@ BackendFactory backendFactory() {
       options.buffers = runtime::NcclBuffers::Host;
       options.timeout = absl::Seconds(60);
       if (simulateGpus) {
-        runtime::FakeNccl::reset(static_cast<int>(devices.size()));
-        options.api = &runtime::fakeNcclApi();
+        runtime::resetSimulatedGpus(static_cast<int>(devices.size()));
+        options.api = &runtime::simulatedNcclApi();
       }
       absl::StatusOr<std::unique_ptr<runtime::NcclBackend>> created =
           runtime::NcclBackend::createSingleProcess(devices, options);
@@ -1388,7 +1388,7 @@ int main(int argc, char **argv) {
   // What talks over MPI goes before MPI is finalized.
 #if POLYMESH_HAVE_NCCL
   ncclStore.reset();
-  runtime::FakeNccl::connect(nullptr);
+  runtime::connectSimulatedGpus(nullptr);
 #endif
   mpiWorld.reset();
 #endif

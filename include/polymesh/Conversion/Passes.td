@@ -17,19 +17,23 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
     the calling device's share of its plan, derived from the plan's global
     `polymesh.transfer` (`DeviceSchedule`, `include/polymesh/Planner/`):
 
-    * **Segments.** One per step phase of the plan, in order, the same code
-      on every device. Per segment a device runs its *before* copies
+    * **Segments.** Step phases of the plan, in order, the same code on
+      every device; phases that communicate the same way on disjoint
+      devices (one per group of a collective) share a segment. Per segment a device runs its *before* copies
       (packing boxes into its staging buffer, or local copies that must read
       before anything is written), its communication, then its *after*
       copies (unpacking, adding partial sums, local copies, zero fills), in
       the plan's transfer order.
     * **Tables.** What differs between devices lives in `memref.global`
-      constants indexed by the device's position: a row per strided copy
-      (buffers, byte offsets, per-loop counts and byte strides, contiguous
-      run length: strided boxes are collapsed to as few runs as both tiles
-      allow), a row per runtime call, each segment's row ranges per device,
-      and each device's staging size. Tables are stored once per plan and
-      shared by every class of devices that runs it.
+      constants: a row per strided copy (buffers, byte offsets, per-loop
+      counts and byte strides, contiguous run length: strided boxes are
+      collapsed to as few runs as both tiles allow), a row per runtime call,
+      each segment's row ranges, each staging size and each collective
+      group. They are stored per distinct *block* (a device's rows, with
+      peers, ranks and group members relative to the device), which a
+      table indexed by the device's position picks, so devices that do the
+      same thing share rows. Tables are stored once per plan and shared by
+      every class of devices that runs it.
     * **Kernels** are generated loops: a loop nest per copy row whose
       innermost contiguous run is an `llvm.intr.memcpy` (or `memset` for
       zero fills); partial sums add element by element in the element type
