@@ -13,7 +13,9 @@
 #                    memory, size of the output (bytecode)
 #   cuda s, cuda MiB, cuda out MB  the same for target=cuda
 # A run that exceeds TIMEOUT seconds or LIMIT_MIB of memory is reported as
-# such and the larger N are skipped for that measure.
+# such ("timeout", "memory"), as is a reshard refused because its plan would
+# exceed the transfer budget of docs/limits.md ("refused"); the larger N are
+# then skipped for that measure.
 #
 # Environment: REPS=5, TIMEOUT=300, LIMIT_MIB=16384, BUILD_DIR=build,
 # POLYMESH_OPT, KEEP_DIR (keep the programs and outputs there).
@@ -56,7 +58,10 @@ measure() { # input output args...
       2> "$work/stderr.txt" ) || rc=$?
   if [ "$rc" -eq 124 ]; then echo timeout; return; fi
   if [ "$rc" -ne 0 ]; then
-    if grep -q -i "alloc\|memory" "$work/stderr.txt"; then echo memory
+    # A plan over the budget of docs/limits.md is refused with a diagnostic
+    # (which mentions "memory limit": test for it first).
+    if grep -q "cannot be planned" "$work/stderr.txt"; then echo refused
+    elif grep -q -i "alloc\|memory" "$work/stderr.txt"; then echo memory
     else echo error; sed -n 1,5p "$work/stderr.txt" >&2; fi
     return
   fi
@@ -75,14 +80,22 @@ for n in "${ns[@]}"; do
   if [ -z "${stopped[plan]:-}" ]; then
     plans=()
     for _ in $(seq "$reps"); do
-      if ! timeout "$timeout_s" "$polymesh_opt" --polymesh-plan --mlir-timing \
-          --emit-bytecode -o /dev/null "$program" 2> "$work/timing.txt"; then
-        stopped[plan]=1; break
+      rc=0
+      timeout "$timeout_s" "$polymesh_opt" --polymesh-plan --mlir-timing \
+        --emit-bytecode -o /dev/null "$program" 2> "$work/timing.txt" || rc=$?
+      if [ "$rc" -eq 124 ]; then stopped[plan]=timeout; break; fi
+      if [ "$rc" -ne 0 ]; then
+        if grep -q "cannot be planned" "$work/timing.txt"; then
+          stopped[plan]=refused
+        else
+          stopped[plan]=error; sed -n 1,5p "$work/timing.txt" >&2
+        fi
+        break
       fi
       plans+=("$(awk '$NF == "PolymeshPlan" { print $1 * 1000 / 4 }' \
         "$work/timing.txt")")
     done
-    if [ -n "${stopped[plan]:-}" ]; then row+=("timeout")
+    if [ -n "${stopped[plan]:-}" ]; then row+=("${stopped[plan]}")
     else row+=("$(printf '%s\n' "${plans[@]}" | median)"); fi
   else
     row+=("skipped")
@@ -94,7 +107,7 @@ for n in "${ns[@]}"; do
       result=$(measure "$program" "$work/out-$target-$n.mlirbc" \
         "--polymesh-pipeline=target=$target")
       case $result in
-        timeout|memory|error) stopped[$target]=$result; break ;;
+        timeout|memory|error|refused) stopped[$target]=$result; break ;;
       esac
       read -r wall mib size <<< "$result"
       walls+=("$wall"); mibs+=("$mib"); sizes+=("$size")

@@ -320,6 +320,12 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   PlanTables &tables = plans[planName];
   tables.schedule = std::move(*schedule);
   BlockTables built = buildBlockTables(tables.schedule);
+  // The code needs each segment's method only; the rows, a pod's largest
+  // structure, now live in the tables.
+  for (planner::Segment &segment : tables.schedule.segments) {
+    segment.perDevice = {};
+    segment.groups = {};
+  }
   tables.hasAccumulate = built.hasAccumulate;
   tables.hasZero = built.hasZero;
   tables.numBlocks = built.staging.size();
