@@ -49,6 +49,32 @@ MemRefType PlanTableBuilder::globalType(const std::string &name) {
       module.lookupSymbol<memref::GlobalOp>(name).getType());
 }
 
+Value PlanTableBuilder::groupBuffer(OpBuilder &builder, int64_t size) {
+  // Found again by its mark (finishPartitionedModule drops it), not by a
+  // map: the CUDA lowering erases functions while it runs.
+  constexpr llvm::StringLiteral kMark = "polymesh.group_buffer";
+  auto function = builder.getInsertionBlock()
+                      ->getParent()
+                      ->getParentOfType<FunctionOpInterface>();
+  Block &entry = function.getFunctionBody().front();
+  for (auto buffer : entry.getOps<LLVM::AllocaOp>()) {
+    if (!buffer->hasAttr(kMark))
+      continue;
+    auto count = buffer.getArraySize().getDefiningOp<arith::ConstantIntOp>();
+    if (cast<IntegerAttr>(count.getValue()).getInt() < size)
+      count.setValueAttr(IntegerAttr::get(count.getType(), size));
+    return buffer;
+  }
+  Location loc = function.getLoc();
+  OpBuilder atEntry = OpBuilder::atBlockBegin(&entry);
+  Value count = arith::ConstantIntOp::create(atEntry, loc, size, 64);
+  auto buffer = LLVM::AllocaOp::create(
+      atEntry, loc, LLVM::LLVMPointerType::get(builder.getContext()),
+      builder.getI64Type(), count, alignof(int64_t));
+  buffer->setAttr(kMark, UnitAttr::get(builder.getContext()));
+  return buffer;
+}
+
 std::string PlanTableBuilder::addGlobal(StringRef name, ArrayRef<int64_t> shape,
                                         ArrayRef<int64_t> values) {
   OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());

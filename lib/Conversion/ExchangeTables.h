@@ -123,6 +123,12 @@ public:
   std::string addGlobal(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
                         llvm::ArrayRef<int64_t> values);
   mlir::MemRefType globalType(const std::string &name);
+  /// An i64 array of at least `size` entries on the stack of the function
+  /// `builder` inserts into, for the device ids of a collective's group. One
+  /// per function, in its entry block (once, even where exchanges sit in
+  /// loops), grown to the largest group any of its exchanges asks for:
+  /// the calls use it one at a time.
+  mlir::Value groupBuffer(mlir::OpBuilder &builder, int64_t size);
 
 private:
   mlir::ModuleOp module;
@@ -208,21 +214,6 @@ public:
     }
   }
 
-  /// An i64 array of `size` entries on the stack of the function around
-  /// the builder's position, allocated in its entry block (once, even when
-  /// the exchange sits in a loop).
-  Value entryAlloca(int64_t size) {
-    Block *entry = &b.getInsertionBlock()
-                        ->getParent()
-                        ->getParentOfType<FunctionOpInterface>()
-                        .getFunctionBody()
-                        .front();
-    OpBuilder atEntry = OpBuilder::atBlockBegin(entry);
-    Value count = arith::ConstantIntOp::create(atEntry, loc, size, 64);
-    return LLVM::AllocaOp::create(atEntry, loc,
-                                  LLVM::LLVMPointerType::get(b.getContext()),
-                                  b.getI64Type(), count, alignof(int64_t));
-  }
   /// The caller's group in a collective segment, from the range row
   /// `rangeRow` and the relative `members` table: its absolute ids written
   /// to `buffer`, returned with their count.

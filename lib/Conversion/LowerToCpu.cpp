@@ -177,7 +177,7 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
   if (!tables.members.empty()) {
     members = memref::GetGlobalOp::create(
         builder, loc, globalType(tables.members), tables.members);
-    groupBuffer = e.entryAlloca(tables.maxGroupSize);
+    groupBuffer = tables_.groupBuffer(builder, tables.maxGroupSize);
   }
 
   auto baseOf = [&](Value space) {

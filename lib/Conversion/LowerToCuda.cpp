@@ -500,7 +500,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
   if (!plan.members.empty()) {
     members = memref::GetGlobalOp::create(
         builder, loc, tables.globalType(plan.members), plan.members);
-    groupBuffer = e.entryAlloca(plan.maxGroupSize);
+    groupBuffer = tables.groupBuffer(builder, plan.maxGroupSize);
   }
 
   auto baseOf = [&](Value space) {

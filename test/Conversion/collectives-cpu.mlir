@@ -128,3 +128,29 @@ func.func @sum_i16(%p: tensor<4x4xi16> {polymesh.sharding = #polymesh.sharding<@
     -> (tensor<4x4xi16> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>}) {
   return %p : tensor<4x4xi16>
 }
+
+// -----
+
+// Two collectives in one function share one stack buffer for their groups'
+// device ids, in the entry block, grown to the larger group: the all-gather
+// over "b" (groups of 2) is lowered first, the one over "x" (4) then grows
+// the buffer to 4 entries. The members tables are relative to the device.
+polymesh.mesh @m4 = <["x"=4]>
+polymesh.mesh @m22 = <["a"=2, "b"=2]>
+
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_two_gathers__plan0_members(dense<[0, 1, -1, 0]> : tensor<4xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_two_gathers__plan1_members(dense<[0, 1, 2, 3, -1, 0, 1, 2, -2, -1, 0, 1, -3, -2, -1, 0]> : tensor<16xi64>)
+// CHECK-LABEL: llvm.func @two_gathers__part0(
+// CHECK: %[[SIZE:[0-9]+]] = llvm.mlir.constant(4 : i64) : i64
+// CHECK-NEXT: %[[GROUP:[0-9]+]] = llvm.alloca %[[SIZE]] x i64
+// CHECK-NOT: llvm.alloca
+// CHECK: llvm.call @polymesh_rt_all_gather(%{{.*}}, %{{.*}}, %[[GROUP]],
+// CHECK-NOT: llvm.alloca
+// CHECK: llvm.call @polymesh_rt_all_gather(%{{.*}}, %{{.*}}, %[[GROUP]],
+// CHECK: llvm.return
+func.func @two_gathers(%b: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m22, [{"a"}, {"b"}]>},
+                       %a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>})
+    -> (tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m22, [{"a"}, {}]>},
+        tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {}]>}) {
+  return %b, %a : tensor<16x8xf32>, tensor<16x8xf32>
+}

@@ -147,11 +147,30 @@ func.func @reduce_scatter_uneven(%p: tensor<6x4xf32> {polymesh.sharding = #polym
   return %p : tensor<6x4xf32>
 }
 
+// Two all-gathers in one function: over "y" of @m22, two disjoint groups of
+// 2 side by side in one segment, then over "x" of @m4, one group of 4. Each
+// device writes its own group's ids (from the relative members table) into
+// one stack buffer of 4 entries, shared by both.
+// CHECK-NEXT: @two_gathers: 2 leaves, 2048 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 4 devices, PASS
+// LOWERED-LABEL: llvm.func @two_gathers__part0(
+// LOWERED:       llvm.alloca
+// LOWERED-NOT:   llvm.alloca
+// LOWERED:       llvm.call @polymesh_rt_all_gather
+// LOWERED-NOT:   llvm.alloca
+// LOWERED:       llvm.call @polymesh_rt_all_gather
+// LOWERED:       llvm.return
+func.func @two_gathers(%b: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m22, [{"x"}, {"y"}]>},
+                       %a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{"x"}, {}]>})
+    -> (tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m22, [{"x"}, {}]>},
+        tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m4, [{}, {}]>}) {
+  return %b, %a : tensor<16x8xf32>, tensor<16x8xf32>
+}
+
 // i1: no collective sum (the plan's sum of booleans is an or), so the
 // all-reduce stays two send/recv phases with generated ors.
 // CHECK-NEXT: @all_reduce_i1: 1 leaf, 144 bytes moved, reference {{[0-9]+\.[0-9][0-9][0-9]}} ms, sharded {{[0-9]+\.[0-9][0-9][0-9]}} ms on 4 devices, PASS
-// CPU-NEXT:   12 passed, 0 failed
-// CUDA-NEXT:  11 passed, 1 failed
+// CPU-NEXT:   13 passed, 0 failed
+// CUDA-NEXT:  12 passed, 1 failed
 // LOWERED-LABEL: llvm.func @all_reduce_i1__part0(
 // LOWERED-NOT:   llvm.call @polymesh_rt_all_reduce
 // LOWERED:       llvm.call @polymesh_rt_send
