@@ -393,14 +393,14 @@ std::optional<Piece> matchAllReduce(const Step &step, size_t s,
       if (!tiles.holds(BufferKind::Source, member, piece))
         return std::nullopt;
 
-  Piece piece = collectivePiece(SegmentMethod::AllReduce, s, 0, members);
+  Piece result = collectivePiece(SegmentMethod::AllReduce, s, 0, members);
   int64_t total = 0;
   for (const Box &piece : pieces)
     total += piece.numElements() * tiles.eb;
   for (int64_t member : members) {
     size_t p = *tiles.position(member);
     const Tile &tile = tiles.source[p];
-    DeviceSegment &rows = piece.rows[p];
+    DeviceSegment &rows = result.rows[p];
     // In place when the pieces are the tile's bytes in order.
     bool inPlace = total == tile.box.numElements() * tiles.eb;
     for (size_t i = 0, at = 0; inPlace && i < pieces.size(); ++i) {
@@ -427,7 +427,7 @@ std::optional<Piece> matchAllReduce(const Step &step, size_t s,
     rows.comm.push_back({CommKind::AllReduce, member, 0, total});
     rows.stagingBytes = total;
   }
-  return piece;
+  return result;
 }
 
 /// One in-place reduce-scatter, when every member owns one piece of the same
