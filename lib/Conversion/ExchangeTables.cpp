@@ -165,16 +165,19 @@ struct Block {
            members == other.members && ranges == other.ranges &&
            staging == other.staging;
   }
-  size_t hash() const {
-    llvm::hash_code code = llvm::hash_combine(
-        llvm::hash_combine_range(copies.begin(), copies.end()),
-        llvm::hash_combine_range(comms.begin(), comms.end()),
-        llvm::hash_combine_range(members.begin(), members.end()), staging);
-    for (const auto &range : ranges)
-      code = llvm::hash_combine(
-          code, llvm::hash_combine_range(range.begin(), range.end()));
-    return code;
-  }
+  struct Hash {
+    size_t operator()(const Block &block) const {
+      llvm::hash_code code = llvm::hash_combine(
+          llvm::hash_combine_range(block.copies.begin(), block.copies.end()),
+          llvm::hash_combine_range(block.comms.begin(), block.comms.end()),
+          llvm::hash_combine_range(block.members.begin(), block.members.end()),
+          block.staging);
+      for (const auto &range : block.ranges)
+        code = llvm::hash_combine(
+            code, llvm::hash_combine_range(range.begin(), range.end()));
+      return code;
+    }
+  };
 };
 
 void appendCopies(std::vector<int64_t> &copies,
@@ -248,41 +251,34 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule) {
     for (const std::vector<int64_t> &group : segment.groups)
       tables.maxGroupSize =
           std::max(tables.maxGroupSize, static_cast<int64_t>(group.size()));
-  // Distinct blocks by hash; each block's rows are kept once, in `unique`.
-  std::vector<Block> unique;
-  std::unordered_multimap<size_t, int64_t> byHash;
+  // Distinct blocks, numbered in order of first use; `unique` points at
+  // the map's keys, which stay put.
+  std::unordered_map<Block, int64_t, Block::Hash> numberOf;
+  std::vector<const Block *> unique;
   for (size_t p = 0; p < schedule.devices.size(); ++p) {
-    Block block = blockOf(schedule, p, copyColumns);
-    size_t hash = block.hash();
-    int64_t found = -1;
-    for (auto [it, end] = byHash.equal_range(hash); it != end && found < 0;
-         ++it)
-      if (unique[it->second] == block)
-        found = it->second;
-    if (found < 0) {
-      found = unique.size();
-      byHash.emplace(hash, found);
-      unique.push_back(std::move(block));
-    }
-    tables.blockOf.push_back(found);
+    auto [it, inserted] = numberOf.try_emplace(
+        blockOf(schedule, p, copyColumns), static_cast<int64_t>(unique.size()));
+    if (inserted)
+      unique.push_back(&it->first);
+    tables.blockOf.push_back(it->second);
   }
   // Segment-major ranges over the blocks, row indices made absolute.
   std::vector<int64_t> copyBase, commBase, membersBase;
-  for (const Block &block : unique) {
+  for (const Block *block : unique) {
     copyBase.push_back(tables.copies.size() / copyColumns);
     commBase.push_back(tables.comms.size() / kCommColumns);
     membersBase.push_back(tables.members.size());
-    tables.copies.insert(tables.copies.end(), block.copies.begin(),
-                         block.copies.end());
-    tables.comms.insert(tables.comms.end(), block.comms.begin(),
-                        block.comms.end());
-    tables.members.insert(tables.members.end(), block.members.begin(),
-                          block.members.end());
-    tables.staging.push_back(block.staging);
+    tables.copies.insert(tables.copies.end(), block->copies.begin(),
+                         block->copies.end());
+    tables.comms.insert(tables.comms.end(), block->comms.begin(),
+                        block->comms.end());
+    tables.members.insert(tables.members.end(), block->members.begin(),
+                          block->members.end());
+    tables.staging.push_back(block->staging);
   }
   for (size_t s = 0; s < schedule.segments.size(); ++s)
     for (size_t b = 0; b < unique.size(); ++b) {
-      std::array<int64_t, kRangeColumns> range = unique[b].ranges[s];
+      std::array<int64_t, kRangeColumns> range = unique[b]->ranges[s];
       for (int column :
            {kBeforeBegin, kBeforeEnd, kPackedEnd, kAfterBegin, kAfterEnd})
         range[column] += copyBase[b];
@@ -344,20 +340,21 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
                           << std::string(schedule.status().message());
 
   PlanTables &tables = plans[planName];
-  tables.schedule = std::move(*schedule);
-  BlockTables built = buildBlockTables(tables.schedule);
-  // The code needs each segment's method only; the rows, a pod's largest
-  // structure, now live in the tables.
-  for (planner::Segment &segment : tables.schedule.segments) {
-    segment.perDevice = {};
-    segment.groups = {};
-  }
+  BlockTables built = buildBlockTables(*schedule);
+  ScheduleShape &shape = tables.schedule;
+  for (const planner::Segment &segment : schedule->segments)
+    shape.segments.push_back(segment.method);
+  shape.numDevices = schedule->devices.size();
+  shape.elementBytes = schedule->elementBytes;
+  shape.outerDims = schedule->outerDims;
+  shape.writesSource = schedule->writesSource;
+  shape.accumulatesIntoDestination = schedule->accumulatesIntoDestination;
   tables.hasAccumulate = built.hasAccumulate;
   tables.hasZero = built.hasZero;
   tables.numBlocks = built.staging.size();
   tables.maxGroupSize = built.maxGroupSize;
   int64_t numBlocks = tables.numBlocks;
-  int64_t copyColumns = kFixedCopyColumns + 3 * tables.schedule.outerDims;
+  int64_t copyColumns = kFixedCopyColumns + 3 * shape.outerDims;
   std::string prefix = "__polymesh_" + planName;
   int64_t numCopyRows = built.copies.size() / copyColumns;
   int64_t numCommRows = built.comms.size() / kCommColumns;
@@ -369,8 +366,7 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
         addGlobal(prefix + "_comms", {numCommRows, kCommColumns}, built.comms);
   tables.ranges = addGlobal(
       prefix + "_ranges",
-      {static_cast<int64_t>(tables.schedule.segments.size()) * numBlocks,
-       kRangeColumns},
+      {static_cast<int64_t>(shape.segments.size()) * numBlocks, kRangeColumns},
       built.ranges);
   tables.blocks =
       addGlobal(prefix + "_blocks",

@@ -96,9 +96,20 @@ std::optional<int32_t> ncclSumDtype(mlir::Type element);
 
 using planner::isCollective;
 
+/// What an exchange's code needs of its schedule once the per-device rows
+/// are in the tables: the segments' methods and the schedule's scalars.
+struct ScheduleShape {
+  std::vector<planner::SegmentMethod> segments;
+  int64_t numDevices = 0;
+  int64_t elementBytes = 0;
+  int outerDims = 0;
+  bool writesSource = false;
+  bool accumulatesIntoDestination = false;
+};
+
 /// The globals holding one plan's schedule.
 struct PlanTables {
-  planner::DeviceSchedule schedule;
+  ScheduleShape schedule;
   /// Tables over distinct blocks (a device's rows, relative to the device):
   /// `blocks` maps positions to blocks; `ranges` is per (segment, block),
   /// `staging` per block; `members` holds every block's groups, as member

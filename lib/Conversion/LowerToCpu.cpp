@@ -63,7 +63,7 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
   if (failed(maybeTables))
     return failure();
   const PlanTables &tables = **maybeTables;
-  const planner::DeviceSchedule &schedule = tables.schedule;
+  const ScheduleShape &schedule = tables.schedule;
   MLIRContext *context = op.getContext();
   Type i64Type = IntegerType::get(context, 64);
   Type i32Type = IntegerType::get(context, 32);
@@ -119,7 +119,7 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
   Value runtime = op.getRuntime();
   Value device = op.getDevice();
   Value position = op.getPosition();
-  int64_t numDevices = schedule.devices.size();
+  int64_t numDevices = schedule.numDevices;
 
   Value sourceAddress = e.address(source);
   Value resultAddress = e.address(result);
@@ -274,7 +274,7 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
     });
   };
 
-  for (auto [index, segment] : llvm::enumerate(schedule.segments)) {
+  for (auto [index, method] : llvm::enumerate(schedule.segments)) {
     Value rangeRow = arith::AddIOp::create(
         builder, loc, e.index(index * tables.numBlocks), block);
     auto range = [&](int64_t c) {
@@ -283,7 +283,7 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
     auto callerGroup = [&]() {
       return e.group(ranges, rangeRow, members, device, groupBuffer);
     };
-    bool sendRecv = segment.method == planner::SegmentMethod::SendRecv;
+    bool sendRecv = method == planner::SegmentMethod::SendRecv;
     // Send/recv segments pack each box right before its send, inside the
     // group, so that it leaves while the next one is packed; the copies no
     // call waits for run once every call is posted.
@@ -326,7 +326,7 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
               e.call(groupEnd, {runtime, device});
             },
             [&]() { runCopies(range(kBeforeBegin), range(kBeforeEnd)); });
-      } else if (segment.method == planner::SegmentMethod::Broadcast) {
+      } else if (method == planner::SegmentMethod::Broadcast) {
         Value group, numMembers;
         std::tie(group, numMembers) = callerGroup();
         e.loop(begin, end, [&](Value row) {
@@ -336,7 +336,7 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
           e.call(broadcastFn, {runtime, device, group, numMembers, root, at, at,
                                commColumn(row, kBytes)});
         });
-      } else if (isCollective(segment.method)) {
+      } else if (isCollective(method)) {
         // In place in staging (or the source tile), as the row says; the
         // rank column is the caller's index among the members.
         Value group, numMembers;
@@ -350,7 +350,7 @@ LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
           Value own = e.add(at, e.mul(commColumn(row, kPeerRank), bytes));
           Value count =
               arith::DivSIOp::create(builder, loc, bytes, e.i64(elementBytes));
-          switch (segment.method) {
+          switch (method) {
           case planner::SegmentMethod::AllGather:
             e.call(allGatherFn, {runtime, device, group, numMembers,
                                  e.pointer(own), e.pointer(at), bytes});

@@ -411,7 +411,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
   if (failed(maybeTables))
     return failure();
   const PlanTables &plan = **maybeTables;
-  const planner::DeviceSchedule &schedule = plan.schedule;
+  const ScheduleShape &schedule = plan.schedule;
   MLIRContext *context = op.getContext();
   Location loc = op.getLoc();
   Emitter e(builder, loc);
@@ -422,7 +422,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
   auto sourceType = cast<RankedTensorType>(op.getInput().getType());
   auto resultType = cast<RankedTensorType>(op.getResult().getType());
   Type element = sourceType.getElementType();
-  int64_t numDevices = schedule.devices.size();
+  int64_t numDevices = schedule.numDevices;
   int64_t outer = schedule.outerDims;
 
   LLVM::LLVMFuncOp alloc =
@@ -578,7 +578,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
     });
   };
 
-  for (auto [index, segment] : llvm::enumerate(schedule.segments)) {
+  for (auto [index, method] : llvm::enumerate(schedule.segments)) {
     Value rangeRow = arith::AddIOp::create(
         builder, loc, e.index(index * plan.numBlocks), block);
     auto range = [&](int64_t c) {
@@ -599,7 +599,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
             .getResult();
       };
       Value uint8 = arith::ConstantIntOp::create(builder, loc, kNcclUint8, 32);
-      if (segment.method == planner::SegmentMethod::SendRecv) {
+      if (method == planner::SegmentMethod::SendRecv) {
         Value any = arith::CmpIOp::create(
             builder, loc, arith::CmpIPredicate::slt, begin, end);
         e.ifThenElse(any, [&]() {
@@ -632,7 +632,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
           checkNccl(builder, loc, call(groupEnd, {}).getResult(), worldComm,
                     "ncclGroupEnd");
         });
-      } else if (segment.method == planner::SegmentMethod::Broadcast) {
+      } else if (method == planner::SegmentMethod::Broadcast) {
         Value group, numMembers;
         std::tie(group, numMembers) = callerGroup();
         e.loop(begin, end, [&](Value row) {
@@ -646,7 +646,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                         .getResult(),
                     comm, "ncclBroadcast");
         });
-      } else if (isCollective(segment.method)) {
+      } else if (isCollective(method)) {
         // NCCL's in-place forms on the members' communicator: the rank
         // column is the caller's index among the members. All-gather moves
         // bytes; sums use the element type.
@@ -664,7 +664,7 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
           Value own = e.add(at, e.mul(commColumn(row, kPeerRank), bytes));
           Value count = arith::DivSIOp::create(builder, loc, bytes,
                                                e.i64(schedule.elementBytes));
-          switch (segment.method) {
+          switch (method) {
           case planner::SegmentMethod::AllGather:
             checkNccl(builder, loc,
                       call(allGatherFn, {e.pointer(own), e.pointer(at), bytes,

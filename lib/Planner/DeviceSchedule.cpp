@@ -41,13 +41,6 @@ Tile tileOf(const TensorLayout &layout, int64_t device, int64_t elementBytes) {
   return tile;
 }
 
-bool within(const Box &outer, const Box &inner) {
-  for (size_t d = 0; d < inner.lo.size(); ++d)
-    if (inner.lo[d] < outer.lo[d] || inner.hi[d] > outer.hi[d])
-      return false;
-  return true;
-}
-
 /// Where a box lies in a buffer: its first byte and per-dim byte strides.
 struct Placement {
   BufferSpace space;
@@ -185,7 +178,7 @@ struct TileSet {
     if (!p)
       return false;
     const Tile &tile = of(kind, *p);
-    return tile.present && within(tile.box, box);
+    return tile.present && tile.box.encloses(box);
   }
 };
 
@@ -651,11 +644,6 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
             return p.status();
           read.insert({*p, transfer.srcBuffer});
         }
-        if (transfer.accumulate &&
-            transfer.dstBuffer == BufferKind::Destination)
-          schedule.accumulatesIntoDestination = true;
-        if (transfer.dstBuffer == BufferKind::Source)
-          schedule.writesSource = true;
       }
 
       std::map<size_t, int64_t> used;
@@ -682,7 +670,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
           if (!root.ok())
             return root.status();
           const Tile &from = tileFor(only->srcBuffer, *root);
-          bool ok = from.present && within(from.box, only->box) &&
+          bool ok = from.present && from.box.encloses(only->box) &&
                     contiguousIn(from, only->box);
           if (ok)
             direct.emplace(*root,
@@ -692,7 +680,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
             if (!ok || !p.ok() || dst == only->srcDevice)
               continue;
             const Tile &to = tileFor(only->dstBuffer, *p);
-            ok = to.present && within(to.box, only->box) &&
+            ok = to.present && to.box.encloses(only->box) &&
                  contiguousIn(to, only->box);
             if (ok)
               direct.emplace(*p,
@@ -719,7 +707,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
           return srcPos.status();
         const Tile &from = tileFor(transfer.srcBuffer, *srcPos);
         bool zero = step.kind == StepKind::ZeroFill;
-        if (!zero && (!from.present || !within(from.box, box)))
+        if (!zero && (!from.present || !from.box.encloses(box)))
           return absl::InvalidArgumentError(
               absl::StrCat("a transfer of ", describe(box), " from device ",
                            transfer.srcDevice, " reads outside its tile"));
@@ -750,7 +738,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
         for (int64_t dst : transfer.dstDevices) {
           size_t dstPos = *positionFor(dst);
           const Tile &to = tileFor(transfer.dstBuffer, dstPos);
-          if (!to.present || !within(to.box, box))
+          if (!to.present || !to.box.encloses(box))
             return absl::InvalidArgumentError(
                 absl::StrCat("a transfer of ", describe(box), " to device ",
                              dst, " writes outside its tile"));

@@ -234,6 +234,13 @@ bool Box::contains(const std::vector<int64_t> &index) const {
   return true;
 }
 
+bool Box::encloses(const Box &inner) const {
+  for (size_t i = 0; i < lo.size(); ++i)
+    if (inner.lo[i] < lo[i] || inner.hi[i] > hi[i])
+      return false;
+  return true;
+}
+
 Box Box::intersect(const Box &other) const {
   Box result;
   result.lo.resize(lo.size());

@@ -378,6 +378,16 @@ TEST(BoxTest, ElementsContainsIntersect) {
   EXPECT_TRUE(Box().contains({}));
 }
 
+TEST(BoxTest, Encloses) {
+  Box a = box({0, 2}, {3, 5});
+  EXPECT_TRUE(a.encloses(a));
+  EXPECT_TRUE(a.encloses(box({1, 2}, {3, 4})));
+  EXPECT_FALSE(a.encloses(box({1, 2}, {4, 4})));
+  EXPECT_FALSE(a.encloses(box({0, 1}, {2, 4})));
+  EXPECT_FALSE(box({1, 2}, {3, 4}).encloses(a));
+  EXPECT_TRUE(Box().encloses(Box()));
+}
+
 //===----------------------------------------------------------------------===//
 // TensorLayout: creation and the tile rule
 //===----------------------------------------------------------------------===//

@@ -136,6 +136,8 @@ struct Box {
   int64_t numElements() const;
   bool empty() const { return numElements() == 0; }
   bool contains(const std::vector<int64_t> &index) const;
+  /// Whether every element of `inner` (same rank) lies in this box.
+  bool encloses(const Box &inner) const;
   /// Intersection (possibly empty) with a box of the same rank.
   Box intersect(const Box &other) const;
 

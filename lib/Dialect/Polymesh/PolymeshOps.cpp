@@ -180,12 +180,7 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       if (auto position = positions.find(device); position != positions.end())
         tile = layout.boxAtPosition(position->second);
     }
-    if (!tile)
-      return false;
-    for (size_t d = 0; d < box.lo.size(); ++d)
-      if (box.lo[d] < tile->lo[d] || box.hi[d] > tile->hi[d])
-        return false;
-    return true;
+    return tile && tile->encloses(box);
   };
   // Boxes written (not accumulated) into each destination device's buffer:
   // without partial sums they must tile its box exactly, each element once.
