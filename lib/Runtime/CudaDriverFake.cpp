@@ -292,7 +292,7 @@ int fakeLaunchKernel(void *function, unsigned gridX, unsigned gridY,
     return kInvalidHandle;
   // Stream order: the kernel runs after everything enqueued before it.
   // Polling makes the simulated streams progress.
-  const NcclApi &api = fakeNcclApi();
+  const NcclApi &api = simulatedNcclApi();
   while (true) {
     cudaError_t e = api.streamQuery(static_cast<cudaStream_t>(stream));
     if (e == cudaSuccess)
@@ -347,7 +347,7 @@ const CudaDriverApi &fakeCudaDriverApi() {
 }
 
 std::vector<CodegenSymbol> simulatedCudaCodegenSymbols() {
-  return cudaCodegenSymbols(fakeNcclApi());
+  return cudaCodegenSymbols(simulatedNcclApi());
 }
 
 PolymeshRuntime *createSimulatedCodegenRuntime(const int64_t *deviceIds,
@@ -364,9 +364,9 @@ PolymeshRuntime *
 createSimulatedCodegenRuntime(const CodegenRuntimeOptions &options) {
   size_t gpus = options.localDevices.empty() ? options.worldDevices.size()
                                              : options.localDevices.size();
-  FakeNccl::reset(static_cast<int>(gpus));
+  resetSimulatedGpus(static_cast<int>(gpus));
   setCudaDriverApi(&fakeCudaDriverApi());
-  return createCodegenRuntime(fakeNcclApi(), options);
+  return createCodegenRuntime(simulatedNcclApi(), options);
 }
 
 FakeCudaDriver::Counts FakeCudaDriver::counts() {

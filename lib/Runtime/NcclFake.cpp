@@ -93,7 +93,7 @@ struct Clique {
   std::string id;
   int nranks = 0;
   std::vector<ncclComm *> ranks;
-  /// Per rank: the process it joined from (FakeNccl::connect), or -1.
+  /// Per rank: the process it joined from (connectSimulatedGpus), or -1.
   std::vector<int> processOf;
   int joined = 0;
   std::vector<uint64_t> nextSeq;
@@ -148,8 +148,8 @@ struct Engine {
   std::string lastError;
   uint64_t nextId = 1;
   FakeNccl::Counts counts;
-  /// The other processes of the job, if any (FakeNccl::connect).
-  std::shared_ptr<FakeNcclTransport> transport;
+  /// The other processes of the job, if any (connectSimulatedGpus).
+  std::shared_ptr<SimulatedGpuTransport> transport;
 };
 
 Engine &engine() {
@@ -417,7 +417,7 @@ void place(Clique &clique, int rank, const std::shared_ptr<FakeOp> &op) {
 }
 
 //===----------------------------------------------------------------------===//
-// Several processes (FakeNccl::connect)
+// Several processes (connectSimulatedGpus)
 //===----------------------------------------------------------------------===//
 
 /// What one process tells the others: a rank joined a communicator, a rank
@@ -1206,7 +1206,7 @@ ncclResult_t fakeReduceScatter(const void *send, void *recv, size_t count,
 
 } // namespace
 
-const NcclApi &fakeNcclApi() {
+const NcclApi &simulatedNcclApi() {
   static const NcclApi api = {
       "simulated CUDA and NCCL",
       fakeGetDeviceCount,
@@ -1248,21 +1248,13 @@ const NcclApi &fakeNcclApi() {
 
 SimulatedGpuTransport::~SimulatedGpuTransport() = default;
 
-const NcclApi &simulatedNcclApi() { return fakeNcclApi(); }
-
-void resetSimulatedGpus(int numDevices) { FakeNccl::reset(numDevices); }
-
 void connectSimulatedGpus(std::shared_ptr<SimulatedGpuTransport> transport) {
-  FakeNccl::connect(std::move(transport));
-}
-
-void FakeNccl::connect(std::shared_ptr<FakeNcclTransport> transport) {
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mu);
   e.transport = std::move(transport);
 }
 
-void FakeNccl::reset(int numDevices) {
+void resetSimulatedGpus(int numDevices) {
   Engine &e = engine();
   std::lock_guard<std::mutex> lock(e.mu);
   for (auto &[address, allocation] : e.allocations)
@@ -1274,7 +1266,7 @@ void FakeNccl::reset(int numDevices) {
   e.cliques.clear();
   e.injections.clear();
   e.lastError.clear();
-  e.counts = Counts();
+  e.counts = FakeNccl::Counts();
   e.numDevices = numDevices;
   currentDevice = 0;
 }

@@ -5,10 +5,10 @@
 //
 //===----------------------------------------------------------------------===//
 //
-// fakeNcclApi() is an NcclApi whose CUDA and NCCL run in this process on the
-// host, so the NCCL backend's own logic runs where there is no GPU. It is
-// strict where the real libraries are silent, to catch the backend's
-// mistakes:
+// simulatedNcclApi() (GpuSimulator.h) is an NcclApi whose CUDA and NCCL run in
+// this process on the host, so the NCCL backend's own logic runs where there is
+// no GPU. It is strict where the real libraries are silent, to catch the
+// backend's mistakes:
 //
 //  - "device memory" is host memory from the simulated cudaMalloc, tagged
 //    with its device; a copy whose direction does not match where its
@@ -28,7 +28,7 @@
 //
 // What it is not: a model of NCCL's performance, of its exact rounding of
 // f16/bf16 sums (it rounds once, as the loopback backend does), of
-// network failures between processes (FakeNccl::connect), or of anything a
+// network failures between processes (connectSimulatedGpus), or of anything a
 // GPU kernel does.
 //
 //===----------------------------------------------------------------------===//
@@ -49,21 +49,10 @@
 
 namespace polymesh::runtime {
 
-/// The simulated CUDA runtime and NCCL.
-const NcclApi &fakeNcclApi();
-
-/// The transport of a simulation spread over processes (GpuSimulator.h).
-using FakeNcclTransport = SimulatedGpuTransport;
-
 /// Controls of the simulator, which is process-wide like the libraries it
 /// stands for.
 class FakeNccl {
 public:
-  /// Forgets every allocation, stream, event, communicator and injected
-  /// failure, and simulates `numDevices` GPUs. With 0, cudaGetDeviceCount
-  /// fails with cudaErrorNoDevice.
-  static void reset(int numDevices);
-
   /// The next call named `call` ("ncclAllReduce", "ncclCommInitRankConfig",
   /// ...) on CUDA device `device` (-1: any) returns `result`;
   /// ncclGetLastError then says `lastError`.
@@ -72,17 +61,6 @@ public:
   /// The same for a CUDA call ("cudaMalloc", "cudaMemcpyAsync", ...).
   static void failNextCuda(const std::string &call, cudaError_t error,
                            int device = -1);
-  /// Connects this process's simulation to the other processes of a job
-  /// (null: this process alone, the default). Survives reset(). Each
-  /// process then simulates its own GPUs; a communicator's ranks join from
-  /// any process (ncclCommInitRankConfig completes when all joined), its
-  /// calls are matched across processes, and unique ids name their
-  /// process. Point-to-point sends to another process complete once the
-  /// data is on its way (as NCCL's do for messages it buffers); a
-  /// collective completes in each process when every member's call
-  /// arrived, each process computing it from every member's input.
-  static void connect(std::shared_ptr<FakeNcclTransport> transport);
-
   /// Every live communicator on `device` fails asynchronously with
   /// `result` (a peer process that died looks like this).
   static void failCommunicatorsAsync(int device, ncclResult_t result,

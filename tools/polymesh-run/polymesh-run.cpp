@@ -225,9 +225,10 @@ runtime::DeviceOwnership ownership;
 /// channel of their own.
 std::shared_ptr<runtime::MpiStore> ncclStore;
 
-class MpiFakeNcclTransport final : public runtime::SimulatedGpuTransport {
+class MpiSimulatedGpuTransport final : public runtime::SimulatedGpuTransport {
 public:
-  explicit MpiFakeNcclTransport(std::unique_ptr<runtime::MpiChannel> channel)
+  explicit MpiSimulatedGpuTransport(
+      std::unique_ptr<runtime::MpiChannel> channel)
       : channel(std::move(channel)) {}
   int process() const override { return channel->rank(); }
   int numProcesses() const override { return channel->size(); }
@@ -263,7 +264,7 @@ LogicalResult connectNcclProcesses() {
   ncclStore = std::make_shared<runtime::MpiStore>(std::move(*storeChannel));
   if (simulateGpus)
     runtime::connectSimulatedGpus(
-        std::make_shared<MpiFakeNcclTransport>(std::move(*fakeChannel)));
+        std::make_shared<MpiSimulatedGpuTransport>(std::move(*fakeChannel)));
   return success();
 }
 

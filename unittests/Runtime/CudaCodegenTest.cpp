@@ -31,9 +31,9 @@ using namespace polymesh::runtime;
 namespace {
 
 PolymeshRuntime *simulatedRuntime(int n) {
-  FakeNccl::reset(n);
+  resetSimulatedGpus(n);
   NcclOptions options;
-  options.api = &fakeNcclApi();
+  options.api = &simulatedNcclApi();
   options.timeout = absl::Seconds(30);
   std::vector<int64_t> ids;
   for (int i = 0; i < n; ++i)
@@ -418,9 +418,9 @@ TEST(RuntimeStatusCodes, EveryCodeIsTheSameFromBothAbis) {
 
     // The code-generation ABI on an NCCL runtime: every later call is
     // refused as aborted, and the status still names the first error.
-    FakeNccl::reset(1);
+    resetSimulatedGpus(1);
     NcclOptions options;
-    options.api = &fakeNcclApi();
+    options.api = &simulatedNcclApi();
     absl::StatusOr<std::unique_ptr<NcclBackend>> nccl =
         NcclBackend::createSingleProcess({0}, options);
     ASSERT_TRUE(nccl.ok()) << nccl.status();

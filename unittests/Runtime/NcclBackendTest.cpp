@@ -149,7 +149,7 @@ class NcclTest : public ::testing::TestWithParam<Target> {
 protected:
   void SetUp() override {
     if (simulated()) {
-      FakeNccl::reset(4);
+      resetSimulatedGpus(4);
       gpus = 4;
       return;
     }
@@ -172,7 +172,7 @@ protected:
 
   bool simulated() const { return GetParam() == Target::Simulated; }
   const NcclApi *api() const {
-    return simulated() ? &fakeNcclApi() : &realNcclApi();
+    return simulated() ? &simulatedNcclApi() : &realNcclApi();
   }
 
   /// False (and the test is to skip) when the machine has fewer devices.
@@ -947,7 +947,7 @@ TEST_P(NcclTest, ASecondThreadForABusyDeviceIsRefused) {
 
 class NcclSimulatedTest : public ::testing::Test {
 protected:
-  void SetUp() override { FakeNccl::reset(4); }
+  void SetUp() override { resetSimulatedGpus(4); }
   void TearDown() override {
     FakeNccl::Counts counts = FakeNccl::counts();
     EXPECT_EQ(counts.allocations, 0);
@@ -957,7 +957,7 @@ protected:
   }
 
   std::unique_ptr<NcclBackend> make(int n, NcclOptions options = {}) {
-    options.api = &fakeNcclApi();
+    options.api = &simulatedNcclApi();
     if (options.timeout == absl::Minutes(5))
       options.timeout = absl::Seconds(30);
     absl::StatusOr<std::unique_ptr<NcclBackend>> backend =
@@ -968,9 +968,9 @@ protected:
 };
 
 TEST_F(NcclSimulatedTest, NoDeviceIsUnavailable) {
-  FakeNccl::reset(0);
+  resetSimulatedGpus(0);
   NcclOptions options;
-  options.api = &fakeNcclApi();
+  options.api = &simulatedNcclApi();
   absl::StatusOr<std::unique_ptr<NcclBackend>> backend =
       NcclBackend::createSingleProcess({}, options);
   EXPECT_TRUE(absl::IsUnavailable(backend.status())) << backend.status();
@@ -982,7 +982,7 @@ TEST_F(NcclSimulatedTest, NoDeviceIsUnavailable) {
 
 TEST_F(NcclSimulatedTest, DevicesMustExist) {
   NcclOptions options;
-  options.api = &fakeNcclApi();
+  options.api = &simulatedNcclApi();
   options.worldDevices = {0, 1};
   options.localDevices = {{0, 0}, {1, 7}};
   absl::StatusOr<std::unique_ptr<NcclBackend>> backend =
@@ -1102,7 +1102,7 @@ TEST_F(NcclSimulatedTest, FailedCreationReleasesEverything) {
   FakeNccl::failNextNccl("ncclCommInitRankConfig", ncclSystemError,
                          "injected: socket bind failed", 2);
   NcclOptions options;
-  options.api = &fakeNcclApi();
+  options.api = &simulatedNcclApi();
   absl::StatusOr<std::unique_ptr<NcclBackend>> backend =
       NcclBackend::createSingleProcess(iota(4), options);
   EXPECT_TRUE(absl::IsInternal(backend.status())) << backend.status();
@@ -1148,7 +1148,7 @@ TEST_F(NcclSimulatedTest, BackendsSharingAStoreNeedTheirOwnPrefix) {
     for (int r = 0; r < 2; ++r)
       threads.emplace_back([&, r] {
         NcclOptions options;
-        options.api = &fakeNcclApi();
+        options.api = &simulatedNcclApi();
         options.worldDevices = {0, 1};
         options.localDevices = {{r, r}};
         options.store = store;
@@ -1168,7 +1168,7 @@ TEST_F(NcclSimulatedTest, BackendsSharingAStoreNeedTheirOwnPrefix) {
   EXPECT_TRUE(second[1].ok()) << second[1].status();
   // The same prefix again: rank 0 cannot publish the world's id.
   NcclOptions options;
-  options.api = &fakeNcclApi();
+  options.api = &simulatedNcclApi();
   options.worldDevices = {0, 1};
   options.localDevices = {{0, 2}};
   options.store = store;
@@ -1236,7 +1236,7 @@ void runJob(const std::function<LaunchEnvironment(int)> &environmentOf) {
   for (int r = 0; r < 3; ++r)
     ranks.emplace_back([&, r] {
       NcclOptions options;
-      options.api = &fakeNcclApi();
+      options.api = &simulatedNcclApi();
       options.timeout = absl::Seconds(30);
       absl::StatusOr<std::unique_ptr<NcclBackend>> backend =
           NcclBackend::createFromLaunchEnvironment(environmentOf(r), options);
@@ -1285,7 +1285,7 @@ TEST_F(NcclSimulatedTest, ALaunchedJobNeedsAStore) {
   env.worldSize = 2;
   env.localRank = 1;
   NcclOptions options;
-  options.api = &fakeNcclApi();
+  options.api = &simulatedNcclApi();
   absl::StatusOr<std::unique_ptr<NcclBackend>> backend =
       NcclBackend::createFromLaunchEnvironment(env, options);
   EXPECT_TRUE(absl::IsInvalidArgument(backend.status())) << backend.status();

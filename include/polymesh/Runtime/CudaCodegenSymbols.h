@@ -67,7 +67,7 @@ PolymeshRuntime *createSimulatedCodegenRuntime(const int64_t *deviceIds,
                                                int64_t numDevices,
                                                int64_t timeoutMs);
 /// The same over simulated GPUs, one per local device. With several
-/// processes, their simulations must be connected first (FakeNccl::connect).
+/// processes, their simulations must be connected first (connectSimulatedGpus).
 PolymeshRuntime *
 createSimulatedCodegenRuntime(const CodegenRuntimeOptions &options);
 

@@ -33,8 +33,10 @@ struct NcclApi;
 /// cudaDeviceCount.
 const NcclApi &simulatedNcclApi();
 
-/// Forgets everything simulated so far and simulates `numDevices` GPUs
-/// (devices 0 to numDevices - 1) in this process.
+/// Forgets every allocation, stream, event, communicator and injected
+/// failure, and simulates `numDevices` GPUs (devices 0 to numDevices - 1)
+/// in this process. With 0, cudaGetDeviceCount fails with
+/// cudaErrorNoDevice.
 void resetSimulatedGpus(int numDevices);
 
 /// Carries the simulation's messages when the simulated GPUs of one job
@@ -54,8 +56,15 @@ public:
   virtual absl::StatusOr<std::optional<std::string>> poll() = 0;
 };
 
-/// Connects this process's simulated GPUs to the other processes' through
-/// `transport` (nullptr: this process alone, the default).
+/// Connects this process's simulation to the other processes of a job
+/// through `transport` (null: this process alone, the default). Survives
+/// resetSimulatedGpus. Each process then simulates its own GPUs; a
+/// communicator's ranks join from any process (ncclCommInitRankConfig
+/// completes when all joined), its calls are matched across processes, and
+/// unique ids name their process. Point-to-point sends to another process
+/// complete once the data is on its way (as NCCL's do for messages it
+/// buffers); a collective completes in each process when every member's
+/// call arrived, each process computing it from every member's input.
 void connectSimulatedGpus(std::shared_ptr<SimulatedGpuTransport> transport);
 
 } // namespace polymesh::runtime
