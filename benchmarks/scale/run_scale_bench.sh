@@ -47,8 +47,18 @@ median() { sort -g | awk '{ v[NR] = $1 } END {
   if (NR == 0) { print "-"; exit }
   print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
+# Why a run of polymesh-opt failed, from its exit code and stderr file:
+# "timeout", "refused" (a plan over the budget of docs/limits.md, whose
+# diagnostic mentions "memory limit": tested first), "memory" or "error".
+failure() { # rc stderr-file
+  if [ "$1" -eq 124 ]; then echo timeout
+  elif grep -q "cannot be planned" "$2"; then echo refused
+  elif grep -q -i "alloc\|memory" "$2"; then echo memory
+  else echo error; sed -n 1,5p "$2" >&2; fi
+}
+
 # Runs polymesh-opt under the time and memory limits; prints
-# "<wall s> <peak MiB> <output bytes>" or "timeout" / "memory" / "error".
+# "<wall s> <peak MiB> <output bytes>" or why it failed (failure above).
 measure() { # input output args...
   local input=$1 output=$2; shift 2
   local stats=$work/time.txt rc=0
@@ -56,15 +66,7 @@ measure() { # input output args...
     exec timeout "$timeout_s" /usr/bin/time -f '%e %M' -o "$stats" \
       "$polymesh_opt" "$@" --emit-bytecode -o "$output" "$input" \
       2> "$work/stderr.txt" ) || rc=$?
-  if [ "$rc" -eq 124 ]; then echo timeout; return; fi
-  if [ "$rc" -ne 0 ]; then
-    # A plan over the budget of docs/limits.md is refused with a diagnostic
-    # (which mentions "memory limit": test for it first).
-    if grep -q "cannot be planned" "$work/stderr.txt"; then echo refused
-    elif grep -q -i "alloc\|memory" "$work/stderr.txt"; then echo memory
-    else echo error; sed -n 1,5p "$work/stderr.txt" >&2; fi
-    return
-  fi
+  if [ "$rc" -ne 0 ]; then failure "$rc" "$work/stderr.txt"; return; fi
   read -r wall kib < <(tail -1 "$stats")
   echo "$wall $((kib / 1024)) $(stat -c %s "$output")"
 }
@@ -83,14 +85,8 @@ for n in "${ns[@]}"; do
       rc=0
       timeout "$timeout_s" "$polymesh_opt" --polymesh-plan --mlir-timing \
         --emit-bytecode -o /dev/null "$program" 2> "$work/timing.txt" || rc=$?
-      if [ "$rc" -eq 124 ]; then stopped[plan]=timeout; break; fi
       if [ "$rc" -ne 0 ]; then
-        if grep -q "cannot be planned" "$work/timing.txt"; then
-          stopped[plan]=refused
-        else
-          stopped[plan]=error; sed -n 1,5p "$work/timing.txt" >&2
-        fi
-        break
+        stopped[plan]=$(failure "$rc" "$work/timing.txt"); break
       fi
       plans+=("$(awk '$NF == "PolymeshPlan" { print $1 * 1000 / 4 }' \
         "$work/timing.txt")")
