@@ -17,8 +17,13 @@
 # exceed the transfer budget of docs/limits.md ("refused"); the larger N are
 # then skipped for that measure.
 #
+# With PROCESS_DEVICES=K the pipeline runs as one process of a
+# multi-process job would: partitioned and lowered for the devices 0..K-1
+# only (--polymesh-pipeline's devices=...; docs/multi-process.md).
+#
 # Environment: REPS=5, TIMEOUT=300, LIMIT_MIB=16384, BUILD_DIR=build,
-# POLYMESH_OPT, KEEP_DIR (keep the programs and outputs there).
+# POLYMESH_OPT, KEEP_DIR (keep the programs and outputs there),
+# PROCESS_DEVICES.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,6 +35,10 @@ build_dir=${BUILD_DIR:-$root/build}
 polymesh_opt=${POLYMESH_OPT:-$build_dir/bin/polymesh-opt}
 python=${PYTHON:-python3}
 if [ "$#" -gt 0 ]; then ns=("$@"); else ns=(256 1024 4096 16384 65536); fi
+own=""
+if [ -n "${PROCESS_DEVICES:-}" ]; then
+  own=" devices=$(seq -s, 0 $((PROCESS_DEVICES - 1)))"
+fi
 
 if [ ! -x "$polymesh_opt" ]; then
   echo "== building polymesh-opt in $build_dir" >&2
@@ -101,7 +110,7 @@ for n in "${ns[@]}"; do
     walls=(); mibs=(); sizes=()
     for _ in $(seq "$reps"); do
       result=$(measure "$program" "$work/out-$target-$n.mlirbc" \
-        "--polymesh-pipeline=target=$target")
+        "--polymesh-pipeline=target=$target$own")
       case $result in
         timeout|memory|error|refused) stopped[$target]=$result; break ;;
       esac

@@ -20,6 +20,10 @@ using namespace polymesh;
 using namespace polymesh::conversion;
 
 PlanTableBuilder::PlanTableBuilder(ModuleOp module) : module(module) {
+  auto sortUnique = [](std::vector<int64_t> &ids) {
+    llvm::sort(ids);
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  };
   for (auto function : module.getOps<func::FuncOp>()) {
     auto partitionOf = function->getAttrOfType<StringAttr>(
         PolymeshDialect::kPartitionOfAttrName);
@@ -27,14 +31,28 @@ PlanTableBuilder::PlanTableBuilder(ModuleOp module) : module(module) {
         PolymeshDialect::kDevicesAttrName);
     if (!partitionOf || !ids)
       continue;
+    std::vector<int64_t> &run = runners[partitionOf.getValue()];
+    run.insert(run.end(), ids.asArrayRef().begin(), ids.asArrayRef().end());
+    // The positions count the devices of the function's meshes, which a
+    // module partitioned for some devices only does not list in full.
+    auto meshes =
+        function->getAttrOfType<ArrayAttr>(PolymeshDialect::kMeshesAttrName);
     std::vector<int64_t> &all = devices[partitionOf.getValue()];
-    all.insert(all.end(), ids.asArrayRef().begin(), ids.asArrayRef().end());
+    if (!meshes) {
+      all.insert(all.end(), ids.asArrayRef().begin(), ids.asArrayRef().end());
+      continue;
+    }
+    for (auto name : meshes.getAsRange<FlatSymbolRefAttr>())
+      if (MeshAttr mesh = lookupMesh(symbols, function, name)) {
+        planner::Mesh planned = toPlannerMesh(mesh);
+        for (int64_t p = 0, e = planned.numDevices(); p < e; ++p)
+          all.push_back(planned.deviceAt(p));
+      }
   }
-  for (auto &entry : devices) {
-    llvm::sort(entry.second);
-    entry.second.erase(std::unique(entry.second.begin(), entry.second.end()),
-                       entry.second.end());
-  }
+  for (auto &entry : devices)
+    sortUnique(entry.second);
+  for (auto &entry : runners)
+    sortUnique(entry.second);
 }
 
 const std::vector<int64_t> &PlanTableBuilder::devicesOf(Operation *op) {
@@ -244,7 +262,8 @@ Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
   return block;
 }
 
-BlockTables buildBlockTables(const planner::DeviceSchedule &schedule) {
+BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
+                             const std::vector<bool> &keepRows) {
   int64_t copyColumns = kFixedCopyColumns + 3 * schedule.outerDims;
   BlockTables tables;
   for (const planner::Segment &segment : schedule.segments)
@@ -256,6 +275,11 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule) {
   std::unordered_map<Block, int64_t, Block::Hash> numberOf;
   std::vector<const Block *> unique;
   for (size_t p = 0; p < schedule.devices.size(); ++p) {
+    // Another process's device: no rows here, and no code reads its entry.
+    if (!keepRows.empty() && !keepRows[p]) {
+      tables.blockOf.push_back(-1);
+      continue;
+    }
     auto [it, inserted] = numberOf.try_emplace(
         blockOf(schedule, p, copyColumns), static_cast<int64_t>(unique.size()));
     if (inserted)
@@ -310,6 +334,12 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   if (!function || !function->hasAttr(PolymeshDialect::kPartitionOfAttrName))
     return op.emitError() << "is not inside a function made by "
                              "--polymesh-partition";
+  if (auto meshes =
+          function->getAttrOfType<ArrayAttr>(PolymeshDialect::kMeshesAttrName))
+    for (auto name : meshes.getAsRange<FlatSymbolRefAttr>())
+      if (!lookupMesh(symbols, function, name))
+        return function.emitError() << "'" << PolymeshDialect::kMeshesAttrName
+                                    << "' names unknown mesh " << name;
   const std::vector<int64_t> &devices = devicesOf(op);
 
   auto type = transfer.getResult().getType();
@@ -332,6 +362,24 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   planner::ScheduleOptions options;
   options.reductions = runtimeSumDtype(type.getElementType()).has_value() &&
                        ncclSumDtype(type.getElementType()).has_value();
+  // Rows for the devices that run this module's classes only: the others
+  // belong to other processes' modules.
+  const std::vector<int64_t> &run =
+      runners[function
+                  ->getAttrOfType<StringAttr>(
+                      PolymeshDialect::kPartitionOfAttrName)
+                  .getValue()];
+  options.keepRows.assign(devices.size(), false);
+  for (int64_t id : run) {
+    auto it = llvm::lower_bound(devices, id);
+    if (it == devices.end() || *it != id)
+      return function.emitError()
+             << "runs device " << id
+             << ", which is not a device of its function's meshes";
+    options.keepRows[it - devices.begin()] = true;
+  }
+  if (run.size() == devices.size())
+    options.keepRows.clear();
   absl::StatusOr<planner::DeviceSchedule> schedule =
       planner::scheduleForDevices(plan, *source, *destination, devices,
                                   options);
@@ -340,7 +388,7 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
                           << std::string(schedule.status().message());
 
   PlanTables &tables = plans[planName];
-  BlockTables built = buildBlockTables(*schedule);
+  BlockTables built = buildBlockTables(*schedule, options.keepRows);
   ScheduleShape &shape = tables.schedule;
   for (const planner::Segment &segment : schedule->segments)
     shape.segments.push_back(segment.method);

@@ -111,7 +111,8 @@ struct ScheduleShape {
 struct PlanTables {
   ScheduleShape schedule;
   /// Tables over distinct blocks (a device's rows, relative to the device):
-  /// `blocks` maps positions to blocks; `ranges` is per (segment, block),
+  /// `blocks` maps positions to blocks (-1: a device another process
+  /// runs); `ranges` is per (segment, block),
   /// `staging` per block; `members` holds every block's groups, as member
   /// id - device id (empty when the plan has none).
   std::string copies, ranges, comms, staging, members, blocks;
@@ -125,10 +126,14 @@ struct PlanTables {
 /// Builds (once per plan) and finds the tables of exchanges in `module`.
 class PlanTableBuilder {
 public:
-  /// Collects every partitioned function's device list.
+  /// Collects every partitioned function's devices and the devices that
+  /// run its classes in this module.
   explicit PlanTableBuilder(mlir::ModuleOp module);
+  /// The tables of `op`'s plan, with rows for the devices that run this
+  /// module's classes of its function (`blocks` is -1 for the others).
   mlir::FailureOr<PlanTables *> tablesFor(ExchangeOp op);
-  /// The sorted devices of the global function `op` belongs to.
+  /// The sorted devices of the global function `op` belongs to: those of
+  /// its meshes (`polymesh.meshes`), else of its classes.
   const std::vector<int64_t> &devicesOf(mlir::Operation *op);
   /// A private constant memref.global of i64; returns its name.
   std::string addGlobal(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
@@ -146,6 +151,8 @@ private:
   mlir::SymbolTableCollection symbols;
   std::map<std::string, PlanTables> plans;
   llvm::StringMap<std::vector<int64_t>> devices;
+  /// Per global function: the sorted devices its classes here run on.
+  llvm::StringMap<std::vector<int64_t>> runners;
 };
 
 /// Declares (once) an external LLVM function with a C signature.

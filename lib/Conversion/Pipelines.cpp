@@ -24,6 +24,10 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       *this, "memory-limit-bytes",
       llvm::cl::desc("Per-device staging limit of the planner (0: none)"),
       llvm::cl::init(0)};
+  ListOption<int64_t> devices{
+      *this, "devices",
+      llvm::cl::desc("Partition and lower for these devices only (one "
+                     "process's); default: every device")};
   Option<std::string> chip{*this, "chip",
                            llvm::cl::desc("target=cuda: NVVM chip, an NVPTX "
                                           "processor (sm_NN, sm_NNa, sm_NNf)"),
@@ -64,7 +68,10 @@ void polymesh::registerPolymeshPipelines() {
         PolymeshPlanOptions plan;
         plan.memoryLimitBytes = options.memoryLimitBytes;
         pm.addPass(createPolymeshPlan(plan));
-        pm.addPass(createPolymeshPartition());
+        PolymeshPartitionOptions partition;
+        partition.devices.assign(options.devices.begin(),
+                                 options.devices.end());
+        pm.addPass(createPolymeshPartition(partition));
         if (options.target == "cuda") {
           PolymeshLowerToCudaOptions cuda;
           cuda.chip = options.chip;

@@ -164,6 +164,26 @@ llvm::Expected<ShardedFunction> recordGlobal(func::FuncOp func,
   });
   if (failure)
     return std::move(failure);
+  // Until the classes name their meshes: the meshes of what the function
+  // takes, returns and moves.
+  std::set<int64_t> devices;
+  auto addMesh = [&](const planner::TensorLayout &layout) {
+    for (int64_t p = 0, e = layout.mesh().numDevices(); p < e; ++p)
+      devices.insert(layout.mesh().deviceAt(p));
+  };
+  llvm::for_each(function.argumentLayouts, addMesh);
+  llvm::for_each(function.resultLayouts, addMesh);
+  func.walk([&](TransferOp transfer) {
+    for (ShardingAttr sharding :
+         {transfer.getSource(), transfer.getDestination()})
+      if (MeshAttr mesh =
+              lookupMesh(symbols, transfer, sharding.getMeshName())) {
+        planner::Mesh planned = toPlannerMesh(mesh);
+        for (int64_t p = 0, e = planned.numDevices(); p < e; ++p)
+          devices.insert(planned.deviceAt(p));
+      }
+  });
+  function.devices.assign(devices.begin(), devices.end());
   return std::move(function);
 }
 
@@ -182,7 +202,12 @@ std::vector<int64_t> tileExtents(const planner::TensorLayout &layout,
 /// device that holds a tile of an argument or result runs exactly one
 /// class, and every local type is the device's box. Errors per function.
 void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
-                   llvm::StringMap<std::string> &failures) {
+                   llvm::StringMap<std::string> &failures,
+                   const std::function<bool(int64_t)> &runsDevice) {
+  SymbolTableCollection symbols;
+  // Per function: the devices of the meshes its classes name, which must
+  // be the same for every class.
+  llvm::StringMap<std::vector<int64_t>> meshDevices;
   for (auto func : module.getOps<func::FuncOp>()) {
     auto of =
         func->getAttrOfType<StringAttr>(PolymeshDialect::kPartitionOfAttrName);
@@ -212,6 +237,22 @@ void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
                          function.signature.results.size())
                .str());
       continue;
+    }
+    if (auto meshes =
+            func->getAttrOfType<ArrayAttr>(PolymeshDialect::kMeshesAttrName)) {
+      std::set<int64_t> ids;
+      for (auto name : meshes.getAsRange<FlatSymbolRefAttr>())
+        if (MeshAttr mesh = lookupMesh(symbols, func, name)) {
+          planner::Mesh planned = toPlannerMesh(mesh);
+          for (int64_t p = 0, e = planned.numDevices(); p < e; ++p)
+            ids.insert(planned.deviceAt(p));
+        }
+      std::vector<int64_t> sorted(ids.begin(), ids.end());
+      auto [it, first] = meshDevices.try_emplace(global, sorted);
+      if (!first && it->second != sorted) {
+        fail("names other meshes than the function's other classes");
+        continue;
+      }
     }
     PartitionClass partition;
     partition.name = func.getSymName().str();
@@ -257,9 +298,25 @@ void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
         }
     if (!ok)
       continue;
-    function.devices.clear();
+    if (auto it = meshDevices.find(function.name); it != meshDevices.end()) {
+      function.devices = it->second;
+    } else if (!function.classes.empty()) {
+      function.devices.clear();
+      for (const auto &[device, partition] : classOf)
+        function.devices.push_back(device);
+    }
     for (const auto &[device, partition] : classOf)
-      function.devices.push_back(device);
+      if (!std::binary_search(function.devices.begin(), function.devices.end(),
+                              device)) {
+        fail(llvm::formatv("@{0} runs device {1}, which is not a device of "
+                           "@{2}'s meshes",
+                           partition->name, device, function.name)
+                 .str());
+        ok = false;
+        break;
+      }
+    if (!ok)
+      continue;
 
     // Every device that holds a tile must run, with its exact tiles.
     auto check =
@@ -268,7 +325,8 @@ void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
             const std::vector<TensorSignature> PartitionClass::*list) -> bool {
       for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
         int64_t device = layout.mesh().deviceAt(p);
-        if (classOf.count(device))
+        // A process partitions for the devices it runs only.
+        if (classOf.count(device) || (runsDevice && !runsDevice(device)))
           continue;
         fail(llvm::formatv("device {0} holds a tile of {1} #{2} but runs no "
                            "class of @{3}",
@@ -350,11 +408,29 @@ compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
     if (!selected.contains(func.getSymName()))
       func.setPrivate();
 
+  // A process of a multi-process run partitions and lowers for its own
+  // devices only: the other processes build the other classes and rows.
+  PolymeshPartitionOptions partitionOptions;
+  if (runnerOptions.runsDevice) {
+    std::set<int64_t> own;
+    for (MeshOp mesh : module->getOps<MeshOp>()) {
+      planner::Mesh devices = toPlannerMesh(mesh.getMesh());
+      for (int64_t p = 0, e = devices.numDevices(); p < e; ++p)
+        if (runnerOptions.runsDevice(devices.deviceAt(p)))
+          own.insert(devices.deviceAt(p));
+    }
+    partitionOptions.devices.assign(own.begin(), own.end());
+    // An empty list means every device: a process that owns none of the
+    // program's devices names one no mesh has.
+    if (own.empty())
+      partitionOptions.devices.push_back(-1);
+  }
+
   DiagnosticCapture capture(context, forwardDiagnostics);
   {
     PassManager pm(context);
     pm.addPass(createSymbolDCEPass());
-    pm.addPass(createPolymeshPartition());
+    pm.addPass(createPolymeshPartition(partitionOptions));
     if (failed(pm.run(*module)))
       return error("--polymesh-partition failed: " +
                    capture.firstError("no diagnostic"));
@@ -365,13 +441,11 @@ compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
     subset[name] = functions.find(name)->second;
     subset[name].classes.clear();
   }
-  recordClasses(*module, subset, failures);
+  recordClasses(*module, subset, failures, runnerOptions.runsDevice);
   for (auto &entry : subset)
     functions[entry.getKey()] = std::move(entry.second);
 
-  // A process of a multi-process run compiles to machine code only the
-  // classes of the devices it runs. (The lowering still sees every class:
-  // it builds the exchange tables of a plan over all of its devices.)
+  // Partitioned for this process's devices, every class runs one of them.
   auto runsAny = [&](const PartitionClass &partition) {
     return !runnerOptions.runsDevice ||
            llvm::any_of(partition.devices, runnerOptions.runsDevice);

@@ -531,10 +531,20 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     return it->second;
   };
 
+  if (!options.keepRows.empty() && options.keepRows.size() != numDevices)
+    return absl::InvalidArgumentError(
+        absl::StrCat("keepRows names ", options.keepRows.size(),
+                     " positions for ", numDevices, " devices"));
+  auto keeps = [&](size_t position) {
+    return options.keepRows.empty() || options.keepRows[position];
+  };
+
   if (plan.identity) {
     Segment segment;
     segment.perDevice.resize(numDevices);
     for (size_t p = 0; p < numDevices; ++p) {
+      if (!keeps(p))
+        continue;
       const Tile &from = sourceTiles[p];
       const Tile &to = destinationTiles[p];
       if (!from.present || from.box.empty())
@@ -587,10 +597,16 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     int64_t group = -1;
     if (isCollective(piece.method)) {
       group = static_cast<int64_t>(segment.groups.size());
-      segment.groups.push_back(std::move(piece.members));
+      bool kept = false;
+      for (const auto &entry : piece.rows)
+        kept |= keeps(entry.first);
+      segment.groups.push_back(kept ? std::move(piece.members)
+                                    : std::vector<int64_t>{});
     }
     for (auto &[p, rows] : piece.rows) {
       busyIn[p] = index;
+      if (!keeps(p))
+        continue;
       rows.group = rows.comm.empty() ? -1 : group;
       schedule.stagingBytes[p] =
           std::max(schedule.stagingBytes[p], rows.stagingBytes);

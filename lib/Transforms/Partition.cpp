@@ -37,6 +37,7 @@
 #include "mlir/Interfaces/DestinationStyleOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "mlir/Transforms/RegionUtils.h"
+#include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallBitVector.h"
 
 #include <functional>
@@ -105,10 +106,13 @@ public:
   /// `stepCopies` counts device classes x plan steps over the module's
   /// functions, up to `maxStepCopies`: the lowered code grows with them
   /// (37 MB for one reshard over 1,024 classes).
+  /// With `wanted`, only the classes one of whose devices it holds are
+  /// built, each run by those of its devices (a process's own).
   FunctionPartitioner(func::FuncOp function, SymbolTableCollection &symbols,
-                      int64_t &stepCopies, int64_t maxStepCopies)
+                      int64_t &stepCopies, int64_t maxStepCopies,
+                      const llvm::DenseSet<int64_t> *wanted)
       : function(function), symbols(symbols), stepCopies(stepCopies),
-        maxStepCopies(maxStepCopies) {}
+        maxStepCopies(maxStepCopies), wanted(wanted) {}
 
   /// Builds the class functions next to `function`; the caller erases it.
   LogicalResult run();
@@ -143,10 +147,13 @@ private:
   /// Step copies of the module's functions partitioned so far.
   int64_t &stepCopies;
   int64_t maxStepCopies;
+  const llvm::DenseSet<int64_t> *wanted;
   llvm::DenseMap<Value, unsigned> infoOf;
   std::vector<ValueInfo> infos;
   /// Sorted ids of every device of every mesh the function names.
   std::vector<int64_t> devices;
+  /// Those meshes, in order of first use.
+  SmallVector<Attribute> meshes;
   llvm::DenseMap<Operation *, FlatSymbolRefAttr> plans;
   /// While a class is built: its representative's position, and the class
   /// function's runtime, device and position arguments.
@@ -213,6 +220,7 @@ LogicalResult FunctionPartitioner::collect() {
   for (const ValueInfo &info : infos) {
     if (!meshesSeen.insert(info.meshName).second)
       continue;
+    meshes.push_back(FlatSymbolRefAttr::get(info.meshName));
     const planner::Mesh &mesh = info.layout->mesh();
     for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p)
       ids.push_back(mesh.deviceAt(p));
@@ -842,6 +850,8 @@ LogicalResult FunctionPartitioner::buildClass(unsigned classIndex,
                  function.getSymNameAttr());
   local->setAttr(PolymeshDialect::kDevicesAttrName,
                  builder.getDenseI64ArrayAttr(classDevices));
+  local->setAttr(PolymeshDialect::kMeshesAttrName,
+                 builder.getArrayAttr(meshes));
   for (unsigned i = 0, e = function.getNumResults(); i < e; ++i)
     if (auto leaf = function.getResultAttr(i, PolymeshDialect::kLeafAttrName))
       local.setResultAttr(i, PolymeshDialect::kLeafAttrName, leaf);
@@ -887,6 +897,8 @@ LogicalResult FunctionPartitioner::run() {
       key = std::copy(info.extent.begin() + position * info.rank,
                       info.extent.begin() + (position + 1) * info.rank, key);
   }
+  // Classes are numbered over every device, so that a class has one name
+  // in every process; a process keeps the devices it asked for.
   llvm::DenseMap<ArrayRef<int64_t>, unsigned> classOf;
   std::vector<std::vector<int64_t>> classDevices;
   std::vector<int64_t> representatives;
@@ -897,19 +909,21 @@ LogicalResult FunctionPartitioner::run() {
       classDevices.emplace_back();
       representatives.push_back(position);
     }
-    classDevices[it->second].push_back(devices[position]);
+    if (!wanted || wanted->contains(devices[position]))
+      classDevices[it->second].push_back(devices[position]);
   }
+  int64_t builtClasses = llvm::count_if(
+      classDevices, [](const auto &ids) { return !ids.empty(); });
   // Every class runs every step of the function's plans, so code (and the
   // lowering's time and memory) grows with classes x steps; the budget is
   // the module's, shared by its functions.
   int64_t steps = 0;
   function.walk(
       [&](TransferOp transfer) { steps += transfer.getSteps().size(); });
-  int64_t copies = static_cast<int64_t>(classDevices.size()) * steps;
-  stepCopies += copies;
+  stepCopies += builtClasses * steps;
   if (stepCopies > maxStepCopies)
     return function.emitError()
-           << "cannot be partitioned: its " << classDevices.size()
+           << "cannot be partitioned: its " << builtClasses
            << " device classes would each run the " << steps
            << " steps of its plans, " << stepCopies
            << " step copies in the module with the functions before it, "
@@ -918,7 +932,8 @@ LogicalResult FunctionPartitioner::run() {
            << " (docs/limits.md); fewer distinct tile shapes (even tiles) "
               "or fewer reshards keep it within";
   for (size_t k = 0; k < classDevices.size(); ++k)
-    if (failed(buildClass(k, representatives[k], classDevices[k])))
+    if (!classDevices[k].empty() &&
+        failed(buildClass(k, representatives[k], classDevices[k])))
       return failure();
   return success();
 }
@@ -936,10 +951,12 @@ struct PolymeshPartitionPass
           !function->hasAttr(PolymeshDialect::kPlanAttrName) &&
           !function->hasAttr(PolymeshDialect::kPartitionOfAttrName))
         functions.push_back(function);
+    llvm::DenseSet<int64_t> wanted(devices.begin(), devices.end());
     int64_t stepCopies = 0;
     for (func::FuncOp function : functions) {
       FunctionPartitioner partitioner(function, symbols, stepCopies,
-                                      maxStepCopies);
+                                      maxStepCopies,
+                                      devices.empty() ? nullptr : &wanted);
       if (failed(partitioner.run()))
         return signalPassFailure();
     }

@@ -365,3 +365,10 @@ func.func @dimension_count_still_checked(%a: tensor<16x8xf32>) -> tensor<16x8xf3
   %0 = polymesh.reshard %a <@dev0, [{}]> : tensor<16x8xf32>
   return %0 : tensor<16x8xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'polymesh.meshes' must be an array of mesh symbols}}
+func.func @part(%a: tensor<2xf32>) -> tensor<2xf32> attributes {polymesh.meshes = ["m"]} {
+  return %a : tensor<2xf32>
+}

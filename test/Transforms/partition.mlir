@@ -11,7 +11,7 @@ polymesh.mesh @m2 = <["y"=4], device_ids=[2, 3, 4, 5]>
 // column block (6 over 4 is 2, 2, 2, 0): three classes.
 // CHECK-LABEL: func.func @f__part0(
 // CHECK-SAME: %[[RT:.*]]: !llvm.ptr, %[[DEV:.*]]: i64, %[[POS:.*]]: index, %[[A:.*]]: tensor<4x6xf32>) -> (tensor<0x0xf32> {polymesh.leaf = "out"})
-// CHECK-SAME: attributes {polymesh.devices = array<i64: 0, 1>, polymesh.partition_of = "f"}
+// CHECK-SAME: attributes {polymesh.devices = array<i64: 0, 1>, polymesh.meshes = [@mesh, @m2], polymesh.partition_of = "f"}
 // CHECK: %[[TABLE:.*]] = arith.constant dense<{{\[}}[0, 0], [4, 0], [0, 0], [0, 0], [0, 0], [0, 0]]> : tensor<6x2xindex>
 // CHECK: %[[FULL:.*]] = arith.constant dense<
 // CHECK: %[[ROW:.*]] = tensor.extract %[[TABLE]][%[[POS]], %{{.*}}] : tensor<6x2xindex>

@@ -1768,4 +1768,92 @@ TEST(DeviceSchedule, SendRecvAcrossDisjointPairsRunsSideBySide) {
   EXPECT_EQ(countSegments(checked.schedule, SegmentMethod::SendRecv), 1u);
 }
 
+/// Everything of a device's share of a segment, for comparisons.
+std::string describeShare(const DeviceSegment &share) {
+  std::string text = absl::StrCat("group ", share.group, " staging ",
+                                  share.stagingBytes, "\n");
+  for (const CopyRow &row : share.before)
+    absl::StrAppend(&text, "before ", describeRow(row), "\n");
+  for (const CommRow &row : share.comm)
+    absl::StrAppend(&text, "comm ", static_cast<int>(row.kind), " peer ",
+                    row.peer, " at ", static_cast<int>(row.space), "+",
+                    row.stagingOffset, " bytes ", row.bytes, " packs ",
+                    row.packsBefore, "\n");
+  for (const CopyRow &row : share.after)
+    absl::StrAppend(&text, "after ", describeRow(row), "\n");
+  return text;
+}
+
+TEST(DeviceScheduleProperty, KeptRowsAreTheFullSchedulesRows) {
+  // A process schedules only its own devices: what it keeps must be the
+  // rows the full schedule gives those devices, in segments, phases and
+  // groups numbered the same, or processes would disagree on who talks to
+  // whom.
+  SplitMix64 rng(0x6b657074);
+  int checkedCases = 0, collectiveCases = 0;
+  for (int i = 0; i < 300; ++i) {
+    ReshardCase c = randomReshard(rng, RandomReshardOptions{});
+    absl::StatusOr<TransferPlan> plan =
+        planReshard(c.source, c.destination, c.elementBytes, c.options);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::vector<int64_t> devices = programDevices(c.source, c.destination);
+    ScheduleOptions all;
+    absl::StatusOr<DeviceSchedule> full =
+        scheduleForDevices(*plan, c.source, c.destination, devices, all);
+    ASSERT_TRUE(full.ok()) << full.status();
+    ScheduleOptions some;
+    for (size_t p = 0; p < devices.size(); ++p)
+      some.keepRows.push_back(rng.chance(40));
+    absl::StatusOr<DeviceSchedule> part =
+        scheduleForDevices(*plan, c.source, c.destination, devices, some);
+    ASSERT_TRUE(part.ok()) << part.status();
+    std::string what = absl::StrCat("case ", i, ": ", describe(c.source),
+                                    "  ->  ", describe(c.destination));
+    ASSERT_EQ(part->segments.size(), full->segments.size()) << what;
+    for (size_t s = 0; s < full->segments.size(); ++s) {
+      const Segment &want = full->segments[s];
+      const Segment &got = part->segments[s];
+      EXPECT_EQ(got.method, want.method) << what << " segment " << s;
+      EXPECT_TRUE(got.phases == want.phases) << what << " segment " << s;
+      ASSERT_EQ(got.groups.size(), want.groups.size()) << what;
+      collectiveCases += !want.groups.empty();
+      for (size_t p = 0; p < devices.size(); ++p) {
+        const DeviceSegment &share = got.perDevice[p];
+        if (!some.keepRows[p]) {
+          EXPECT_TRUE(share.before.empty() && share.comm.empty() &&
+                      share.after.empty() && share.group < 0)
+              << what << " dropped device " << devices[p];
+          continue;
+        }
+        EXPECT_EQ(describeShare(share), describeShare(want.perDevice[p]))
+            << what << " segment " << s << " device " << devices[p];
+        if (share.group >= 0) {
+          EXPECT_EQ(got.groups[share.group], want.groups[share.group])
+              << what << " segment " << s << " device " << devices[p];
+        }
+      }
+    }
+    for (size_t p = 0; p < devices.size(); ++p)
+      EXPECT_EQ(part->stagingBytes[p],
+                some.keepRows[p] ? full->stagingBytes[p] : 0)
+          << what << " device " << devices[p];
+    ++checkedCases;
+  }
+  EXPECT_EQ(checkedCases, 300);
+  EXPECT_GT(collectiveCases, 20);
+
+  // A keep mask that does not match the devices is refused.
+  ReshardCase c = randomReshard(rng, RandomReshardOptions{});
+  absl::StatusOr<TransferPlan> plan =
+      planReshard(c.source, c.destination, c.elementBytes, c.options);
+  ASSERT_TRUE(plan.ok());
+  ScheduleOptions wrong;
+  wrong.keepRows = {true};
+  wrong.keepRows.resize(programDevices(c.source, c.destination).size() + 1);
+  EXPECT_FALSE(scheduleForDevices(*plan, c.source, c.destination,
+                                  programDevices(c.source, c.destination),
+                                  wrong)
+                   .ok());
+}
+
 } // namespace

@@ -33,7 +33,11 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
       peers, ranks and group members relative to the device), which a
       table indexed by the device's position picks, so devices that do the
       same thing share rows. Tables are stored once per plan and shared by
-      every class of devices that runs it.
+      every class of devices that runs it. They hold the rows of the
+      devices that run the module's classes: a module partitioned for one
+      process's devices (`--polymesh-partition=devices=...`) has -1 in the
+      `blocks` entry of every other device. Positions count the devices of
+      the meshes a class names (`polymesh.meshes`).
     * **Kernels** are generated loops: a loop nest per copy row whose
       innermost contiguous run is an `llvm.intr.memcpy` (or `memset` for
       zero fills); partial sums add element by element in the element type

@@ -179,8 +179,10 @@ struct ShardedFunction {
   size_t numProgramResults = 0;
   /// The class functions, in the order partitioning numbered them.
   std::vector<PartitionClass> classes;
-  /// The sorted union of the classes' devices; a device's position is its
-  /// index here.
+  /// The function's devices, sorted: those of the meshes its classes name
+  /// (`polymesh.meshes`); a device's position is its index here. A process
+  /// of a multi-process run that runs no class of the function counts the
+  /// devices of its arguments', results' and transfers' meshes.
   std::vector<int64_t> devices;
 };
 

@@ -153,7 +153,8 @@ struct Segment {
   /// Sorted communicator members of each collective side by side (every
   /// method but Local and SendRecv); DeviceSegment::group indexes them.
   std::vector<std::vector<int64_t>> groups;
-  /// Indexed by the device's position in DeviceSchedule::devices.
+  /// Indexed by the device's position in DeviceSchedule::devices (empty
+  /// for a device whose rows ScheduleOptions::keepRows drops).
   std::vector<DeviceSegment> perDevice;
 };
 
@@ -164,7 +165,8 @@ struct DeviceSchedule {
   /// Loops around the contiguous run of every copy: max(rank - 1, 0).
   int outerDims = 0;
   std::vector<Segment> segments;
-  /// Most staging a device needs in any segment, per position.
+  /// Most staging a device needs in any segment, per position (0 for a
+  /// device whose rows are dropped).
   std::vector<int64_t> stagingBytes;
   /// The plan sums partials into its source buffer: run on a copy, so that
   /// the value's other uses keep their partials.
@@ -181,6 +183,12 @@ struct ScheduleOptions {
   /// The backend sums the element type in a collective (AllReduce,
   /// ReduceScatter); without it sums stay send/recv plus accumulate rows.
   bool reductions = true;
+  /// Per position of `devices`: whether to keep that device's rows (a
+  /// process schedules only the devices it runs). Empty: every device's.
+  /// Segments, phases and group numbering are the same whatever is kept,
+  /// so that processes scheduling different devices agree on them; a group
+  /// none of whose members is kept is left empty.
+  std::vector<bool> keepRows;
 };
 
 /// Schedules `plan` (from `source` to `destination`) for the devices

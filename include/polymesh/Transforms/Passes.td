@@ -198,10 +198,17 @@ def PolymeshPartition : Pass<"polymesh-partition", "mlir::ModuleOp"> {
       with static local types, the attributes `polymesh.partition_of` (the
       global function) and `polymesh.devices` (the ids that run it), and
       three leading arguments: the runtime handle (`!llvm.ptr`), the device
-      id (`i64`) and the device's position (`index`). Classes are numbered
+      id (`i64`) and the device's position (`index`), and `polymesh.meshes`
+      (the meshes whose devices the positions count). Classes are numbered
       in the order of their first device. An evenly sharded program has one
       class per combination of meshes a device belongs to, whatever the
       number of devices.
+    * **Devices of one process.** With `devices=...`, only the classes
+      that one of those devices runs are built, and `polymesh.devices`
+      lists only those of its devices: what one process of a multi-process
+      run compiles (docs/multi-process.md). Classes keep the numbers they
+      have over every device, so a class has one name in every process;
+      the lowering then builds plan rows for these devices only.
     * **Constants.** A splat becomes a splat of the tile; any other dense
       constant is sliced (`tensor.extract_slice`) at the device's tile
       offsets, read from a table indexed by the position.
@@ -231,7 +238,7 @@ def PolymeshPartition : Pass<"polymesh-partition", "mlir::ModuleOp"> {
 
     Each device class runs every step of its function's plans, so the code
     the lowering emits grows with classes x steps. The module's total of
-    such step copies is bounded by `max-step-copies` (default 65,536, where
+    such step copies (of the classes built) is bounded by `max-step-copies` (default 65,536, where
     the CPU lowering emits some hundred megabytes); a module over it is
     refused at the function that crosses it.
   }];
@@ -239,6 +246,9 @@ def PolymeshPartition : Pass<"polymesh-partition", "mlir::ModuleOp"> {
     Option<"maxStepCopies", "max-step-copies", "int64_t",
            /*default=*/"int64_t(1) << 16",
            "Most copies of plan steps (device classes x steps) per module">,
+    ListOption<"devices", "devices", "int64_t",
+               "Build only the classes these devices run (one process's "
+               "devices); default: every device">,
   ];
   let dependentDialects = ["::polymesh::PolymeshDialect",
                            "::mlir::LLVM::LLVMDialect",

@@ -156,6 +156,15 @@ LogicalResult PolymeshDialect::verifyOperationAttribute(Operation *op,
   if (name == kLeafAttrName)
     return op->emitError() << "'" << kLeafAttrName
                            << "' belongs on function results";
+  if (name == kMeshesAttrName) {
+    if (!isa<FunctionOpInterface>(op))
+      return op->emitError() << "'" << name << "' belongs on a function";
+    auto meshes = dyn_cast<ArrayAttr>(attr.getValue());
+    if (!meshes || !llvm::all_of(meshes, llvm::IsaPred<FlatSymbolRefAttr>))
+      return op->emitError()
+             << "'" << name << "' must be an array of mesh symbols";
+    return success();
+  }
   if (name == kPartitionOfAttrName || name == kDevicesAttrName ||
       name == kPlanAttrName) {
     if (!isa<FunctionOpInterface>(op))

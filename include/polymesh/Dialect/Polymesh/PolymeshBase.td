@@ -45,8 +45,14 @@ def Polymesh_Dialect : Dialect {
     /// runs a part of (a string) ...
     static constexpr llvm::StringLiteral kPartitionOfAttrName =
         "polymesh.partition_of";
-    /// ... and the sorted ids of the devices that run it (an i64 array).
+    /// ... the sorted ids of the devices that run it (an i64 array; with
+    /// --polymesh-partition's `devices`, those of them that were asked
+    /// for) ...
     static constexpr llvm::StringLiteral kDevicesAttrName = "polymesh.devices";
+    /// ... and the meshes the global function names (an array of symbol
+    /// references): the sorted union of their device ids is the function's
+    /// devices, whose indices are the positions its classes are called with.
+    static constexpr llvm::StringLiteral kMeshesAttrName = "polymesh.meshes";
     /// On a private function whose body is one planned polymesh.transfer,
     /// which polymesh.exchange ops refer to (a unit attribute).
     static constexpr llvm::StringLiteral kPlanAttrName = "polymesh.plan";
