@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -495,6 +496,376 @@ std::optional<Piece> matchReduceScatter(const Step &step, size_t s, int phase,
 
 } // namespace
 
+namespace {
+
+/// Schedules one phase of a step that no collective matched: local copies
+/// and zero fills, send/recv rows, or one broadcast from a root.
+class PhaseScheduler {
+public:
+  PhaseScheduler(const Step &step, size_t stepIndex, int phase,
+                 const TileSet &tiles)
+      : step(step), phase(phase), tiles(tiles) {
+    piece.phase = {stepIndex, phase};
+  }
+
+  /// The phase's rows, or why the plan's boxes do not fit its tiles.
+  absl::StatusOr<Piece> run();
+
+private:
+  absl::StatusOr<size_t> positionFor(int64_t device) const {
+    if (std::optional<size_t> p = tiles.position(device))
+      return *p;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "plan names device ", device, " outside the program's devices"));
+  }
+  CopyRow row(CopyKind kind, const Placement &from, const Placement &to,
+              const Box &box) const {
+    return makeRow(kind, from, to, box, tiles.eb, tiles.outerDims);
+  }
+  Placement inBuffer(BufferKind kind, size_t position, const Box &box) const {
+    return inTile(spaceFor(kind), tiles.of(kind, position), box);
+  }
+  /// Room for `bytes` in position p's staging.
+  int64_t stage(size_t p, int64_t bytes) {
+    int64_t offset = used[p];
+    used[p] += bytes;
+    return offset;
+  }
+  absl::Status collectBuffers();
+  absl::Status findDirectBroadcast();
+  absl::Status scheduleTransfer(const Transfer &transfer);
+  absl::Status deliver(const Transfer &transfer, size_t srcPos, int64_t dst,
+                       const std::function<int64_t()> &pack,
+                       const BufferSpace &sentFrom);
+  absl::Status finishBroadcast();
+
+  const Step &step;
+  int phase;
+  const TileSet &tiles;
+  Piece piece;
+  bool broadcast = false;
+  bool remote = false;
+  /// Some transfer of the phase adds into its destination.
+  bool sums = false;
+  /// Buffers written and read in this phase, per device: a local copy
+  /// that reads a written one must go through staging, and so must a send
+  /// from a written buffer or a receive into a read one.
+  std::set<std::pair<size_t, BufferKind>> written, read;
+  /// Staging bytes used so far, per position.
+  std::map<size_t, int64_t> used;
+  int64_t broadcastOffset = 0;
+  /// A broadcast that goes straight from the root's tile to the others':
+  /// where each member's bytes are.
+  std::map<size_t, Placement> direct;
+};
+
+absl::Status PhaseScheduler::collectBuffers() {
+  for (const Transfer &transfer : step.transfers) {
+    if (transfer.phase != phase)
+      continue;
+    sums |= transfer.accumulate;
+    for (int64_t dst : transfer.dstDevices) {
+      absl::StatusOr<size_t> p = positionFor(dst);
+      if (!p.ok())
+        return p.status();
+      written.insert({*p, transfer.dstBuffer});
+    }
+    if (step.kind != StepKind::ZeroFill) {
+      absl::StatusOr<size_t> p = positionFor(transfer.srcDevice);
+      if (!p.ok())
+        return p.status();
+      read.insert({*p, transfer.srcBuffer});
+    }
+  }
+  return absl::OkStatus();
+}
+
+/// A broadcast of one box that is one run of the root's tile and of every
+/// receiver's tile goes straight from the one to the others: no pack, no
+/// unpack, no staging (the common whole-tile replication).
+absl::Status PhaseScheduler::findDirectBroadcast() {
+  const Transfer *only = nullptr;
+  int count = 0;
+  for (const Transfer &transfer : step.transfers)
+    if (transfer.phase == phase && !transfer.box.empty()) {
+      only = &transfer;
+      ++count;
+    }
+  if (count != 1 || only->accumulate)
+    return absl::OkStatus();
+  absl::StatusOr<size_t> root = positionFor(only->srcDevice);
+  if (!root.ok())
+    return root.status();
+  auto fits = [&](BufferKind kind, size_t position) {
+    const Tile &tile = tiles.of(kind, position);
+    return tile.present && tile.box.encloses(only->box) &&
+           contiguousIn(tile, only->box);
+  };
+  bool ok = fits(only->srcBuffer, *root);
+  if (ok)
+    direct.emplace(*root, inBuffer(only->srcBuffer, *root, only->box));
+  for (int64_t dst : only->dstDevices) {
+    absl::StatusOr<size_t> p = positionFor(dst);
+    if (!ok || !p.ok() || dst == only->srcDevice)
+      continue;
+    ok = fits(only->dstBuffer, *p);
+    if (ok)
+      direct.emplace(*p, inBuffer(only->dstBuffer, *p, only->box));
+  }
+  // Every member must have its place (the root sends to all).
+  for (int64_t member : piece.members) {
+    absl::StatusOr<size_t> p = positionFor(member);
+    ok = ok && p.ok() && direct.count(*p);
+  }
+  if (!ok)
+    direct.clear();
+  return absl::OkStatus();
+}
+
+absl::Status PhaseScheduler::scheduleTransfer(const Transfer &transfer) {
+  const Box &box = transfer.box;
+  int64_t bytes = box.numElements() * tiles.eb;
+  absl::StatusOr<size_t> srcPos = positionFor(transfer.srcDevice);
+  if (!srcPos.ok())
+    return srcPos.status();
+  const Tile &from = tiles.of(transfer.srcBuffer, *srcPos);
+  if (step.kind != StepKind::ZeroFill &&
+      (!from.present || !from.box.encloses(box)))
+    return absl::InvalidArgumentError(
+        absl::StrCat("a transfer of ", describe(box), " from device ",
+                     transfer.srcDevice, " reads outside its tile"));
+  // The sender packs once, whatever the number of receivers; a box that is
+  // one run of its tile is sent from the tile itself.
+  int64_t packedAt = -1;
+  BufferSpace sentFrom = BufferSpace::Staging;
+  bool sendDirect = !broadcast && contiguousIn(from, box) &&
+                    !written.count({*srcPos, transfer.srcBuffer});
+  std::function<int64_t()> pack = [&]() {
+    if (packedAt >= 0)
+      return packedAt;
+    if (sendDirect) {
+      Placement at = inBuffer(transfer.srcBuffer, *srcPos, box);
+      sentFrom = at.space;
+      packedAt = at.offset;
+      return packedAt;
+    }
+    packedAt = broadcast ? broadcastOffset : stage(*srcPos, bytes);
+    piece.rows[*srcPos].before.push_back(
+        row(CopyKind::Copy, inBuffer(transfer.srcBuffer, *srcPos, box),
+            inStaging(packedAt, box, tiles.eb), box));
+    return packedAt;
+  };
+  for (int64_t dst : transfer.dstDevices) {
+    // `sentFrom` is set by the first `pack`, which deliver calls first.
+    if (absl::Status status = deliver(transfer, *srcPos, dst, pack, sentFrom);
+        !status.ok())
+      return status;
+  }
+  if (broadcast)
+    broadcastOffset += bytes;
+  return absl::OkStatus();
+}
+
+/// The rows that bring `transfer`'s box to `dst`: a local copy or fill, a
+/// staged copy, an unpack after a broadcast, or a send and a receive.
+absl::Status PhaseScheduler::deliver(const Transfer &transfer, size_t srcPos,
+                                     int64_t dst,
+                                     const std::function<int64_t()> &pack,
+                                     const BufferSpace &sentFrom) {
+  const Box &box = transfer.box;
+  int64_t bytes = box.numElements() * tiles.eb;
+  size_t dstPos = *positionFor(dst);
+  const Tile &to = tiles.of(transfer.dstBuffer, dstPos);
+  if (!to.present || !to.box.encloses(box))
+    return absl::InvalidArgumentError(
+        absl::StrCat("a transfer of ", describe(box), " to device ", dst,
+                     " writes outside its tile"));
+  bool zero = step.kind == StepKind::ZeroFill;
+  CopyKind writeKind = zero                  ? CopyKind::Zero
+                       : transfer.accumulate ? CopyKind::Accumulate
+                                             : CopyKind::Copy;
+  Placement target = inBuffer(transfer.dstBuffer, dstPos, box);
+  Placement source = inBuffer(transfer.srcBuffer, srcPos, box);
+  DeviceSegment &receiver = piece.rows[dstPos];
+  if (dst == transfer.srcDevice) {
+    if (zero) {
+      receiver.after.push_back(row(CopyKind::Zero, target, target, box));
+    } else if (written.count({dstPos, transfer.srcBuffer})) {
+      int64_t at = stage(dstPos, bytes);
+      receiver.before.push_back(
+          row(CopyKind::Copy, source, inStaging(at, box, tiles.eb), box));
+      receiver.after.push_back(
+          row(writeKind, inStaging(at, box, tiles.eb), target, box));
+    } else {
+      receiver.after.push_back(row(writeKind, source, target, box));
+    }
+    return absl::OkStatus();
+  }
+  remote = true;
+  if (!direct.empty())
+    return absl::OkStatus();
+  int64_t sentAt = pack();
+  if (broadcast) {
+    receiver.after.push_back(
+        row(writeKind, inStaging(sentAt, box, tiles.eb), target, box));
+    return absl::OkStatus();
+  }
+  DeviceSegment &sender = piece.rows[srcPos];
+  sender.comm.push_back({CommKind::Send, dst, sentAt, bytes, sentFrom,
+                         static_cast<int64_t>(sender.before.size())});
+  // A plain copy of a box that is one run of the destination tile is
+  // received in place, when nothing in the phase reads that buffer or adds
+  // into it.
+  if (writeKind == CopyKind::Copy && !sums && contiguousIn(to, box) &&
+      !read.count({dstPos, transfer.dstBuffer})) {
+    receiver.comm.push_back({CommKind::Recv, transfer.srcDevice, target.offset,
+                             bytes, target.space,
+                             static_cast<int64_t>(receiver.before.size())});
+    return absl::OkStatus();
+  }
+  int64_t at = stage(dstPos, bytes);
+  receiver.comm.push_back({CommKind::Recv, transfer.srcDevice, at, bytes,
+                           BufferSpace::Staging,
+                           static_cast<int64_t>(receiver.before.size())});
+  receiver.after.push_back(
+      row(writeKind, inStaging(at, box, tiles.eb), target, box));
+  return absl::OkStatus();
+}
+
+/// Every member of a broadcast calls it once, on the staging the phase
+/// packed (or in place, for a direct one).
+absl::Status PhaseScheduler::finishBroadcast() {
+  piece.method = SegmentMethod::Broadcast;
+  int64_t root = -1;
+  for (const Transfer &transfer : step.transfers)
+    if (transfer.phase == phase)
+      root = transfer.srcDevice;
+  for (int64_t member : piece.members) {
+    absl::StatusOr<size_t> p = positionFor(member);
+    if (!p.ok())
+      return p.status();
+    if (auto at = direct.find(*p); at != direct.end()) {
+      piece.rows[*p].comm.push_back({CommKind::Broadcast, root,
+                                     at->second.offset, broadcastOffset,
+                                     at->second.space});
+      continue;
+    }
+    used[*p] = broadcastOffset;
+    piece.rows[*p].comm.push_back(
+        {CommKind::Broadcast, root, 0, broadcastOffset});
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Piece> PhaseScheduler::run() {
+  broadcast = isBroadcast(step, phase, piece.members);
+  if (absl::Status status = collectBuffers(); !status.ok())
+    return status;
+  if (broadcast)
+    if (absl::Status status = findDirectBroadcast(); !status.ok())
+      return status;
+  for (const Transfer &transfer : step.transfers) {
+    if (transfer.phase != phase || transfer.box.empty())
+      continue;
+    if (absl::Status status = scheduleTransfer(transfer); !status.ok())
+      return status;
+  }
+  if (broadcast) {
+    if (absl::Status status = finishBroadcast(); !status.ok())
+      return status;
+  } else {
+    piece.method = remote ? SegmentMethod::SendRecv : SegmentMethod::Local;
+  }
+  for (auto [p, bytes] : used)
+    piece.rows[p].stagingBytes = bytes;
+  return std::move(piece);
+}
+
+/// Appends pieces to a schedule: a piece joins the last segment when it
+/// communicates the same way and none of its devices is busy there.
+class SegmentBuilder {
+public:
+  SegmentBuilder(DeviceSchedule &schedule, const ScheduleOptions &options)
+      : schedule(schedule), options(options),
+        busyIn(schedule.devices.size(), kNone) {}
+
+  bool keeps(size_t position) const {
+    return options.keepRows.empty() || options.keepRows[position];
+  }
+  void add(Piece piece);
+
+private:
+  static constexpr size_t kNone = ~size_t(0);
+  DeviceSchedule &schedule;
+  const ScheduleOptions &options;
+  /// The segment each device last had rows in.
+  std::vector<size_t> busyIn;
+};
+
+void SegmentBuilder::add(Piece piece) {
+  size_t last = schedule.segments.size() - 1;
+  bool join = !schedule.segments.empty() &&
+              schedule.segments.back().method == piece.method;
+  for (auto it = piece.rows.begin(); join && it != piece.rows.end(); ++it)
+    join = busyIn[it->first] != last;
+  if (!join) {
+    Segment segment;
+    segment.method = piece.method;
+    segment.perDevice.resize(schedule.devices.size());
+    schedule.segments.push_back(std::move(segment));
+  }
+  size_t index = schedule.segments.size() - 1;
+  Segment &segment = schedule.segments.back();
+  int64_t group = -1;
+  if (isCollective(piece.method)) {
+    group = static_cast<int64_t>(segment.groups.size());
+    bool kept = false;
+    for (const auto &entry : piece.rows)
+      kept |= keeps(entry.first);
+    segment.groups.push_back(kept ? std::move(piece.members)
+                                  : std::vector<int64_t>{});
+  }
+  for (auto &[p, rows] : piece.rows) {
+    busyIn[p] = index;
+    if (!keeps(p))
+      continue;
+    rows.group = rows.comm.empty() ? -1 : group;
+    schedule.stagingBytes[p] =
+        std::max(schedule.stagingBytes[p], rows.stagingBytes);
+    segment.perDevice[p] = std::move(rows);
+  }
+  segment.phases.push_back(piece.phase);
+}
+
+/// An identity plan: every device copies its source tile to its
+/// destination tile.
+absl::Status scheduleIdentity(DeviceSchedule &schedule, const TileSet &tiles,
+                              const SegmentBuilder &builder) {
+  Segment segment;
+  size_t numDevices = schedule.devices.size();
+  segment.perDevice.resize(numDevices);
+  for (size_t p = 0; p < numDevices; ++p) {
+    if (!builder.keeps(p))
+      continue;
+    const Tile &from = tiles.source[p];
+    const Tile &to = tiles.destination[p];
+    if (!from.present || from.box.empty())
+      continue;
+    if (!to.present || from.box != to.box)
+      return absl::InvalidArgumentError(
+          absl::StrCat("identity plan, but device ", schedule.devices[p],
+                       " has different source and destination tiles"));
+    segment.perDevice[p].after.push_back(
+        makeRow(CopyKind::Copy, inTile(BufferSpace::Source, from, from.box),
+                inTile(BufferSpace::Destination, to, to.box), from.box,
+                tiles.eb, tiles.outerDims));
+  }
+  schedule.segments.push_back(std::move(segment));
+  return absl::OkStatus();
+}
+
+} // namespace
+
 absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     const TransferPlan &plan, const TensorLayout &source,
     const TensorLayout &destination, const std::vector<int64_t> &devices,
@@ -502,68 +873,32 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
   DeviceSchedule schedule;
   schedule.devices = devices;
   schedule.elementBytes = plan.elementBytes;
-  int64_t eb = plan.elementBytes;
   int rank = static_cast<int>(source.shape().size());
   schedule.outerDims = std::max(rank - 1, 0);
   size_t numDevices = devices.size();
-  std::map<int64_t, size_t> positionOf;
-  for (size_t p = 0; p < numDevices; ++p)
-    positionOf[devices[p]] = p;
-
-  std::vector<Tile> sourceTiles, destinationTiles;
-  for (int64_t device : devices) {
-    sourceTiles.push_back(tileOf(source, device, eb));
-    destinationTiles.push_back(tileOf(destination, device, eb));
-  }
-  auto tileFor = [&](BufferKind kind, size_t position) -> const Tile & {
-    return kind == BufferKind::Source ? sourceTiles[position]
-                                      : destinationTiles[position];
-  };
-  auto spaceOf = [](BufferKind kind) {
-    return kind == BufferKind::Source ? BufferSpace::Source
-                                      : BufferSpace::Destination;
-  };
-  auto positionFor = [&](int64_t device) -> absl::StatusOr<size_t> {
-    auto it = positionOf.find(device);
-    if (it == positionOf.end())
-      return absl::InvalidArgumentError(absl::StrCat(
-          "plan names device ", device, " outside the program's devices"));
-    return it->second;
-  };
-
   if (!options.keepRows.empty() && options.keepRows.size() != numDevices)
     return absl::InvalidArgumentError(
         absl::StrCat("keepRows names ", options.keepRows.size(),
                      " positions for ", numDevices, " devices"));
-  auto keeps = [&](size_t position) {
-    return options.keepRows.empty() || options.keepRows[position];
-  };
-
+  std::map<int64_t, size_t> positionOf;
+  for (size_t p = 0; p < numDevices; ++p)
+    positionOf[devices[p]] = p;
+  std::vector<Tile> sourceTiles, destinationTiles;
+  for (int64_t device : devices) {
+    sourceTiles.push_back(tileOf(source, device, plan.elementBytes));
+    destinationTiles.push_back(tileOf(destination, device, plan.elementBytes));
+  }
+  TileSet tiles{positionOf, sourceTiles, destinationTiles, plan.elementBytes,
+                schedule.outerDims};
+  schedule.stagingBytes.assign(numDevices, 0);
+  SegmentBuilder builder(schedule, options);
   if (plan.identity) {
-    Segment segment;
-    segment.perDevice.resize(numDevices);
-    for (size_t p = 0; p < numDevices; ++p) {
-      if (!keeps(p))
-        continue;
-      const Tile &from = sourceTiles[p];
-      const Tile &to = destinationTiles[p];
-      if (!from.present || from.box.empty())
-        continue;
-      if (!to.present || from.box != to.box)
-        return absl::InvalidArgumentError(
-            absl::StrCat("identity plan, but device ", devices[p],
-                         " has different source and destination tiles"));
-      segment.perDevice[p].after.push_back(
-          makeRow(CopyKind::Copy, inTile(BufferSpace::Source, from, from.box),
-                  inTile(BufferSpace::Destination, to, to.box), from.box, eb,
-                  schedule.outerDims));
-    }
-    schedule.segments.push_back(std::move(segment));
-    schedule.stagingBytes.assign(numDevices, 0);
+    if (absl::Status status = scheduleIdentity(schedule, tiles, builder);
+        !status.ok())
+      return status;
     return schedule;
   }
 
-  schedule.stagingBytes.assign(numDevices, 0);
   // A collective segment writes what the send/recv rows would have; the
   // flags are the plan's either way.
   for (const Step &step : plan.steps)
@@ -573,47 +908,6 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
       if (transfer.dstBuffer == BufferKind::Source)
         schedule.writesSource = true;
     }
-  TileSet tiles{positionOf, sourceTiles, destinationTiles, eb,
-                schedule.outerDims};
-  // The segment each device last had rows in: a piece joins the last
-  // segment when it communicates the same way and none of its devices is
-  // busy there.
-  constexpr size_t kNone = ~size_t(0);
-  std::vector<size_t> busyIn(numDevices, kNone);
-  auto addPiece = [&](Piece piece) {
-    size_t last = schedule.segments.size() - 1;
-    bool join = !schedule.segments.empty() &&
-                schedule.segments.back().method == piece.method;
-    for (auto it = piece.rows.begin(); join && it != piece.rows.end(); ++it)
-      join = busyIn[it->first] != last;
-    if (!join) {
-      Segment segment;
-      segment.method = piece.method;
-      segment.perDevice.resize(numDevices);
-      schedule.segments.push_back(std::move(segment));
-    }
-    size_t index = schedule.segments.size() - 1;
-    Segment &segment = schedule.segments.back();
-    int64_t group = -1;
-    if (isCollective(piece.method)) {
-      group = static_cast<int64_t>(segment.groups.size());
-      bool kept = false;
-      for (const auto &entry : piece.rows)
-        kept |= keeps(entry.first);
-      segment.groups.push_back(kept ? std::move(piece.members)
-                                    : std::vector<int64_t>{});
-    }
-    for (auto &[p, rows] : piece.rows) {
-      busyIn[p] = index;
-      if (!keeps(p))
-        continue;
-      rows.group = rows.comm.empty() ? -1 : group;
-      schedule.stagingBytes[p] =
-          std::max(schedule.stagingBytes[p], rows.stagingBytes);
-      segment.perDevice[p] = std::move(rows);
-    }
-    segment.phases.push_back(piece.phase);
-  };
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const Step &step = plan.steps[s];
     int maxPhase = 0;
@@ -621,7 +915,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
       maxPhase = std::max(maxPhase, transfer.phase);
     if (options.collectives && options.reductions)
       if (std::optional<Piece> piece = matchAllReduce(step, s, tiles)) {
-        addPiece(std::move(*piece));
+        builder.add(std::move(*piece));
         continue;
       }
     for (int phase = 0; phase <= maxPhase; ++phase) {
@@ -631,215 +925,13 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
       if (!collective && options.collectives && options.reductions)
         collective = matchReduceScatter(step, s, phase, tiles);
       if (collective) {
-        addPiece(std::move(*collective));
+        builder.add(std::move(*collective));
         continue;
       }
-      Piece piece;
-      piece.phase = {s, phase};
-      bool broadcast = isBroadcast(step, phase, piece.members);
-      bool remote = false;
-
-      // Buffers written and read in this phase, per device: a local copy
-      // that reads a written one must go through staging, and so must a
-      // send from a written buffer or a receive into a read one.
-      std::set<std::pair<size_t, BufferKind>> written, read;
-      bool sums = false;
-      for (const Transfer &transfer : step.transfers) {
-        if (transfer.phase != phase)
-          continue;
-        sums |= transfer.accumulate;
-        for (int64_t dst : transfer.dstDevices) {
-          absl::StatusOr<size_t> p = positionFor(dst);
-          if (!p.ok())
-            return p.status();
-          written.insert({*p, transfer.dstBuffer});
-        }
-        if (step.kind != StepKind::ZeroFill) {
-          absl::StatusOr<size_t> p = positionFor(transfer.srcDevice);
-          if (!p.ok())
-            return p.status();
-          read.insert({*p, transfer.srcBuffer});
-        }
-      }
-
-      std::map<size_t, int64_t> used;
-      auto stage = [&](size_t p, int64_t bytes) {
-        int64_t offset = used[p];
-        used[p] += bytes;
-        return offset;
-      };
-      int64_t broadcastOffset = 0;
-      // A broadcast of one box that is one run of the root's tile and of
-      // every receiver's tile goes straight from the one to the others: no
-      // pack, no unpack, no staging (the common whole-tile replication).
-      std::map<size_t, Placement> direct;
-      if (broadcast) {
-        const Transfer *only = nullptr;
-        int count = 0;
-        for (const Transfer &transfer : step.transfers)
-          if (transfer.phase == phase && !transfer.box.empty()) {
-            only = &transfer;
-            ++count;
-          }
-        if (count == 1 && !only->accumulate) {
-          absl::StatusOr<size_t> root = positionFor(only->srcDevice);
-          if (!root.ok())
-            return root.status();
-          const Tile &from = tileFor(only->srcBuffer, *root);
-          bool ok = from.present && from.box.encloses(only->box) &&
-                    contiguousIn(from, only->box);
-          if (ok)
-            direct.emplace(*root,
-                           inTile(spaceOf(only->srcBuffer), from, only->box));
-          for (int64_t dst : only->dstDevices) {
-            absl::StatusOr<size_t> p = positionFor(dst);
-            if (!ok || !p.ok() || dst == only->srcDevice)
-              continue;
-            const Tile &to = tileFor(only->dstBuffer, *p);
-            ok = to.present && to.box.encloses(only->box) &&
-                 contiguousIn(to, only->box);
-            if (ok)
-              direct.emplace(*p,
-                             inTile(spaceOf(only->dstBuffer), to, only->box));
-          }
-          // Every member must have its place (the root sends to all).
-          for (int64_t member : piece.members) {
-            absl::StatusOr<size_t> p = positionFor(member);
-            ok = ok && p.ok() && direct.count(*p);
-          }
-          if (!ok)
-            direct.clear();
-        }
-      }
-      for (const Transfer &transfer : step.transfers) {
-        if (transfer.phase != phase)
-          continue;
-        const Box &box = transfer.box;
-        if (box.empty())
-          continue;
-        int64_t bytes = box.numElements() * eb;
-        absl::StatusOr<size_t> srcPos = positionFor(transfer.srcDevice);
-        if (!srcPos.ok())
-          return srcPos.status();
-        const Tile &from = tileFor(transfer.srcBuffer, *srcPos);
-        bool zero = step.kind == StepKind::ZeroFill;
-        if (!zero && (!from.present || !from.box.encloses(box)))
-          return absl::InvalidArgumentError(
-              absl::StrCat("a transfer of ", describe(box), " from device ",
-                           transfer.srcDevice, " reads outside its tile"));
-        CopyKind writeKind = zero                  ? CopyKind::Zero
-                             : transfer.accumulate ? CopyKind::Accumulate
-                                                   : CopyKind::Copy;
-        // The sender packs once, whatever the number of receivers; a box
-        // that is one run of its tile is sent from the tile itself.
-        int64_t packedAt = -1;
-        BufferSpace sentFromSpace = BufferSpace::Staging;
-        bool sendDirect = !broadcast && contiguousIn(from, box) &&
-                          !written.count({*srcPos, transfer.srcBuffer});
-        auto pack = [&]() {
-          if (packedAt >= 0)
-            return packedAt;
-          if (sendDirect) {
-            Placement at = inTile(spaceOf(transfer.srcBuffer), from, box);
-            sentFromSpace = at.space;
-            packedAt = at.offset;
-            return packedAt;
-          }
-          packedAt = broadcast ? broadcastOffset : stage(*srcPos, bytes);
-          piece.rows[*srcPos].before.push_back(makeRow(
-              CopyKind::Copy, inTile(spaceOf(transfer.srcBuffer), from, box),
-              inStaging(packedAt, box, eb), box, eb, schedule.outerDims));
-          return packedAt;
-        };
-        for (int64_t dst : transfer.dstDevices) {
-          size_t dstPos = *positionFor(dst);
-          const Tile &to = tileFor(transfer.dstBuffer, dstPos);
-          if (!to.present || !to.box.encloses(box))
-            return absl::InvalidArgumentError(
-                absl::StrCat("a transfer of ", describe(box), " to device ",
-                             dst, " writes outside its tile"));
-          Placement target = inTile(spaceOf(transfer.dstBuffer), to, box);
-          DeviceSegment &receiver = piece.rows[dstPos];
-          if (dst == transfer.srcDevice) {
-            if (zero) {
-              receiver.after.push_back(makeRow(CopyKind::Zero, target, target,
-                                               box, eb, schedule.outerDims));
-            } else if (written.count({dstPos, transfer.srcBuffer})) {
-              int64_t at = stage(dstPos, bytes);
-              receiver.before.push_back(
-                  makeRow(CopyKind::Copy,
-                          inTile(spaceOf(transfer.srcBuffer), from, box),
-                          inStaging(at, box, eb), box, eb, schedule.outerDims));
-              receiver.after.push_back(makeRow(writeKind,
-                                               inStaging(at, box, eb), target,
-                                               box, eb, schedule.outerDims));
-            } else {
-              receiver.after.push_back(makeRow(
-                  writeKind, inTile(spaceOf(transfer.srcBuffer), from, box),
-                  target, box, eb, schedule.outerDims));
-            }
-            continue;
-          }
-          remote = true;
-          if (!direct.empty())
-            continue;
-          int64_t sentFrom = pack();
-          if (broadcast) {
-            receiver.after.push_back(
-                makeRow(writeKind, inStaging(sentFrom, box, eb), target, box,
-                        eb, schedule.outerDims));
-            continue;
-          }
-          DeviceSegment &sender = piece.rows[*srcPos];
-          sender.comm.push_back({CommKind::Send, dst, sentFrom, bytes,
-                                 sentFromSpace,
-                                 static_cast<int64_t>(sender.before.size())});
-          // A plain copy of a box that is one run of the destination tile
-          // is received in place, when nothing in the phase reads that
-          // buffer or adds into it.
-          if (writeKind == CopyKind::Copy && !sums && contiguousIn(to, box) &&
-              !read.count({dstPos, transfer.dstBuffer})) {
-            receiver.comm.push_back(
-                {CommKind::Recv, transfer.srcDevice, target.offset, bytes,
-                 target.space, static_cast<int64_t>(receiver.before.size())});
-            continue;
-          }
-          int64_t at = stage(dstPos, bytes);
-          receiver.comm.push_back(
-              {CommKind::Recv, transfer.srcDevice, at, bytes,
-               BufferSpace::Staging,
-               static_cast<int64_t>(receiver.before.size())});
-          receiver.after.push_back(makeRow(writeKind, inStaging(at, box, eb),
-                                           target, box, eb,
-                                           schedule.outerDims));
-        }
-        if (broadcast)
-          broadcastOffset += bytes;
-      }
-      if (broadcast) {
-        piece.method = SegmentMethod::Broadcast;
-        int64_t root = -1;
-        for (const Transfer &transfer : step.transfers)
-          if (transfer.phase == phase)
-            root = transfer.srcDevice;
-        for (int64_t member : piece.members) {
-          size_t p = *positionFor(member);
-          if (auto at = direct.find(p); at != direct.end()) {
-            piece.rows[p].comm.push_back({CommKind::Broadcast, root,
-                                          at->second.offset, broadcastOffset,
-                                          at->second.space});
-            continue;
-          }
-          used[p] = broadcastOffset;
-          piece.rows[p].comm.push_back(
-              {CommKind::Broadcast, root, 0, broadcastOffset});
-        }
-      } else {
-        piece.method = remote ? SegmentMethod::SendRecv : SegmentMethod::Local;
-      }
-      for (auto [p, bytes] : used)
-        piece.rows[p].stagingBytes = bytes;
-      addPiece(std::move(piece));
+      absl::StatusOr<Piece> piece = PhaseScheduler(step, s, phase, tiles).run();
+      if (!piece.ok())
+        return piece.status();
+      builder.add(std::move(*piece));
     }
   }
   return schedule;
