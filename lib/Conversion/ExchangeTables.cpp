@@ -7,6 +7,7 @@
 #include "ExchangeTables.h"
 
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
+#include "polymesh/Runtime/NcclAbi.h"
 #include "polymesh/Runtime/PolymeshRuntime.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -70,7 +71,7 @@ MemRefType PlanTableBuilder::globalType(const std::string &name) {
 Value PlanTableBuilder::groupBuffer(OpBuilder &builder, int64_t size) {
   // Found again by its mark (finishPartitionedModule drops it), not by a
   // map: the CUDA lowering erases functions while it runs.
-  constexpr llvm::StringLiteral kMark = "polymesh.group_buffer";
+  constexpr llvm::StringLiteral kMark = PolymeshDialect::kGroupBufferAttrName;
   auto function = builder.getInsertionBlock()
                       ->getParent()
                       ->getParentOfType<FunctionOpInterface>();
@@ -125,36 +126,22 @@ std::optional<int32_t> polymesh::conversion::runtimeSumDtype(Type element) {
 }
 
 std::optional<int32_t> polymesh::conversion::ncclSumDtype(Type element) {
-  // ncclDataType_t (nccl.h); two's complement sums are the same for signed
-  // and unsigned integers.
+  // Two's complement sums are the same for signed and unsigned integers.
   if (element.isF32())
-    return 7; // ncclFloat32
+    return nccl_abi::kFloat32;
   if (element.isF64())
-    return 8; // ncclFloat64
+    return nccl_abi::kFloat64;
   if (element.isF16())
-    return 6; // ncclFloat16
+    return nccl_abi::kFloat16;
   if (element.isBF16())
-    return 9; // ncclBfloat16
+    return nccl_abi::kBfloat16;
   if (element.isInteger(32))
-    return 2; // ncclInt32
+    return nccl_abi::kInt32;
   if (element.isInteger(64))
-    return 4; // ncclInt64
+    return nccl_abi::kInt64;
   if (element.isInteger(8))
-    return 0; // ncclInt8
+    return nccl_abi::kInt8;
   return std::nullopt;
-}
-
-LLVM::LLVMFuncOp polymesh::conversion::declareFunction(ModuleOp module,
-                                                       StringRef name,
-                                                       Type result,
-                                                       ArrayRef<Type> args) {
-  if (auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(name))
-    return existing;
-  OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());
-  auto function =
-      LLVM::LLVMFuncOp::create(builder, module.getLoc(), name,
-                               LLVM::LLVMFunctionType::get(result, args));
-  return function;
 }
 
 namespace {

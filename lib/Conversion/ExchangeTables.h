@@ -155,11 +155,6 @@ private:
   llvm::StringMap<std::vector<int64_t>> runners;
 };
 
-/// Declares (once) an external LLVM function with a C signature.
-mlir::LLVM::LLVMFuncOp declareFunction(mlir::ModuleOp module,
-                                       llvm::StringRef name, mlir::Type result,
-                                       llvm::ArrayRef<mlir::Type> args);
-
 /// Erases plan functions and meshes, drops polymesh attributes, and fails
 /// with a diagnostic naming `target` ("the CPU", "CUDA") on any polymesh op
 /// left. With `readOnlyArguments`, the tensor arguments of partitioned

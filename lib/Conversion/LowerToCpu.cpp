@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "ExchangeTables.h"
+#include "RuntimeFunctions.h"
 
 #include "polymesh/Conversion/Passes.h"
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
@@ -30,11 +31,13 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/DialectConversion.h"
 
 #include <map>
 #include <tuple>
 
 namespace polymesh {
+#define GEN_PASS_DEF_POLYMESHEXCHANGETOCPU
 #define GEN_PASS_DEF_POLYMESHLOWERTOCPU
 #include "polymesh/Conversion/Passes.h.inc"
 } // namespace polymesh
@@ -45,355 +48,433 @@ using namespace polymesh::conversion;
 
 namespace {
 
-class CpuExchangeLowering {
-public:
-  explicit CpuExchangeLowering(ModuleOp module)
-      : module(module), tables_(module) {}
-  LogicalResult run();
-
-private:
-  LogicalResult lower(ExchangeOp op);
-
-  ModuleOp module;
-  PlanTableBuilder tables_;
+/// What the pattern needs of an exchange, prepared before the conversion
+/// (building tables can fail with a diagnostic; a pattern should not).
+struct PreparedExchange {
+  const PlanTables *tables = nullptr;
+  /// The function's buffer for collective groups (null without members).
+  Value groupBuffer;
 };
 
-LogicalResult CpuExchangeLowering::lower(ExchangeOp op) {
-  FailureOr<PlanTables *> maybeTables = tables_.tablesFor(op);
-  if (failed(maybeTables))
-    return failure();
-  const PlanTables &tables = **maybeTables;
-  const ScheduleShape &schedule = tables.schedule;
-  MLIRContext *context = op.getContext();
-  Type i64Type = IntegerType::get(context, 64);
-  Type i32Type = IntegerType::get(context, 32);
-  Type ptrType = LLVM::LLVMPointerType::get(context);
-  Type voidType = LLVM::LLVMVoidType::get(context);
+/// Emits one exchange's code: the calling device's share of its plan.
+class CpuExchangeEmitter {
+public:
+  CpuExchangeEmitter(ExchangeOp op, const PreparedExchange &prepared,
+                     ModuleOp module, OpBuilder &builder)
+      : op(op), tables(*prepared.tables), schedule(tables.schedule),
+        module(module), b(builder), e(builder, op.getLoc()), loc(op.getLoc()),
+        groupBuffer(prepared.groupBuffer) {}
 
-  LLVM::LLVMFuncOp mallocFn =
-      declareFunction(module, "malloc", ptrType, {i64Type});
-  LLVM::LLVMFuncOp freeFn =
-      declareFunction(module, "free", voidType, {ptrType});
-  LLVM::LLVMFuncOp stagingFn = declareFunction(
-      module, "polymesh_rt_staging", ptrType, {ptrType, i64Type, i64Type});
-  LLVM::LLVMFuncOp groupStart = declareFunction(
-      module, "polymesh_rt_group_start", i32Type, {ptrType, i64Type});
-  LLVM::LLVMFuncOp groupEnd = declareFunction(module, "polymesh_rt_group_end",
-                                              i32Type, {ptrType, i64Type});
-  LLVM::LLVMFuncOp sendFn =
-      declareFunction(module, "polymesh_rt_send", i32Type,
-                      {ptrType, i64Type, i64Type, ptrType, i64Type});
-  LLVM::LLVMFuncOp recvFn =
-      declareFunction(module, "polymesh_rt_recv", i32Type,
-                      {ptrType, i64Type, i64Type, ptrType, i64Type});
-  LLVM::LLVMFuncOp broadcastFn = declareFunction(
-      module, "polymesh_rt_broadcast", i32Type,
-      {ptrType, i64Type, ptrType, i64Type, i64Type, ptrType, ptrType, i64Type});
+  /// The exchange's result as a tensor.
+  Value emit();
 
-  LLVM::LLVMFuncOp allGatherFn = declareFunction(
-      module, "polymesh_rt_all_gather", i32Type,
-      {ptrType, i64Type, ptrType, i64Type, ptrType, ptrType, i64Type});
-  LLVM::LLVMFuncOp allReduceFn =
-      declareFunction(module, "polymesh_rt_all_reduce", i32Type,
-                      {ptrType, i64Type, ptrType, i64Type, ptrType, ptrType,
-                       i64Type, i32Type, i32Type});
-  LLVM::LLVMFuncOp reduceScatterFn =
-      declareFunction(module, "polymesh_rt_reduce_scatter", i32Type,
-                      {ptrType, i64Type, ptrType, i64Type, ptrType, ptrType,
-                       i64Type, i32Type, i32Type});
+private:
+  /// Declared by convertExchangesToCpu before the conversion.
+  LLVM::LLVMFuncOp declare(RuntimeFunction function) {
+    return module.lookupSymbol<LLVM::LLVMFuncOp>(
+        runtimeSignature(function).name);
+  }
+  Value table(const std::string &name) {
+    return memref::GetGlobalOp::create(
+        b, loc,
+        cast<MemRefType>(module.lookupSymbol<memref::GlobalOp>(name).getType()),
+        name);
+  }
+  /// The address a row's space (planner::BufferSpace) starts at.
+  Value baseOf(Value space);
+  void accumulate(Value from, Value to, Value runBytes);
+  void copyRun(Value kind, Value src, Value dst, Value runBytes);
+  void copyNest(Value row, int64_t dim, Value src, Value dst);
+  void runCopies(Value begin, Value end);
+  /// The copy rows [begin, end) of a range row's columns.
+  void runRangeCopies(Value rangeRow, int64_t beginColumn, int64_t endColumn) {
+    Value begin = rangeColumn(rangeRow, beginColumn);
+    Value end = rangeColumn(rangeRow, endColumn);
+    runCopies(begin, end);
+  }
+  Value commColumn(Value row, int64_t column) {
+    return e.load(comms, {row, e.index(column)});
+  }
+  /// Where a communication row's bytes are.
+  Value commAddress(Value row) {
+    Value base = baseOf(commColumn(row, kSpace));
+    Value offset = commColumn(row, kStagingOffset);
+    return e.add(base, offset);
+  }
+  Value rangeColumn(Value rangeRow, int64_t column) {
+    return e.toIndex(e.load(ranges, {rangeRow, e.index(column)}));
+  }
+  void emitSendRecv(Value rangeRow);
+  void emitBroadcast(Value rangeRow);
+  void emitCollective(planner::SegmentMethod method, Value rangeRow);
+  void emitSegment(size_t index, planner::SegmentMethod method);
 
-  OpBuilder builder(op);
-  Emitter e(builder, op.getLoc());
-  Location loc = op.getLoc();
+  ExchangeOp op;
+  const PlanTables &tables;
+  const ScheduleShape &schedule;
+  ModuleOp module;
+  OpBuilder &b;
+  Emitter e;
+  Location loc;
+  Value groupBuffer;
+  Type elementType;
+  Value runtime, device, block;
+  Value sourceAddress, resultAddress, stagingAddress;
+  Value copies, comms, ranges, members;
+};
+
+Value CpuExchangeEmitter::baseOf(Value space) {
+  Value isSource =
+      e.eq(space, static_cast<int64_t>(planner::BufferSpace::Source));
+  Value isResult =
+      e.eq(space, static_cast<int64_t>(planner::BufferSpace::Destination));
+  Value other =
+      arith::SelectOp::create(b, loc, isResult, resultAddress, stagingAddress);
+  return arith::SelectOp::create(b, loc, isSource, sourceAddress, other)
+      .getResult();
+}
+
+/// dst += src element by element, in the element type (f16 and bf16
+/// through f32, rounded per addition; i1 sums are ors).
+void CpuExchangeEmitter::accumulate(Value from, Value to, Value runBytes) {
+  int64_t elementBytes = schedule.elementBytes;
+  Value count =
+      e.toIndex(arith::DivSIOp::create(b, loc, runBytes, e.i64(elementBytes)));
+  e.loop(e.index(0), count, [&](Value j) {
+    Value offset = e.mul(e.toI64(j), e.i64(elementBytes));
+    Value src = e.pointer(e.add(from, offset));
+    Value dst = e.pointer(e.add(to, offset));
+    Value a = LLVM::LoadOp::create(b, loc, elementType, dst);
+    Value c = LLVM::LoadOp::create(b, loc, elementType, src);
+    Value sum;
+    if (auto floatType = dyn_cast<FloatType>(elementType)) {
+      if (floatType.getWidth() < 32) {
+        Type f32 = b.getF32Type();
+        Value wide =
+            arith::AddFOp::create(b, loc, arith::ExtFOp::create(b, loc, f32, a),
+                                  arith::ExtFOp::create(b, loc, f32, c));
+        sum = arith::TruncFOp::create(b, loc, elementType, wide);
+      } else {
+        sum = arith::AddFOp::create(b, loc, a, c);
+      }
+    } else if (elementType.isInteger(1)) {
+      sum = arith::OrIOp::create(b, loc, a, c);
+    } else {
+      sum = arith::AddIOp::create(b, loc, a, c);
+    }
+    LLVM::StoreOp::create(b, loc, sum, dst);
+  });
+}
+
+/// One contiguous run of a copy row: a copy, a zero fill or a sum, as the
+/// row's kind says (tested only for the kinds the plan has).
+void CpuExchangeEmitter::copyRun(Value kind, Value src, Value dst,
+                                 Value runBytes) {
+  auto copy = [&]() {
+    LLVM::MemcpyOp::create(b, loc, e.pointer(dst), e.pointer(src), runBytes,
+                           /*isVolatile=*/false);
+  };
+  auto zero = [&]() {
+    LLVM::MemsetOp::create(b, loc, e.pointer(dst),
+                           arith::ConstantIntOp::create(b, loc, 0, 8), runBytes,
+                           /*isVolatile=*/false);
+  };
+  auto sum = [&]() { accumulate(src, dst, runBytes); };
+  constexpr auto kCopy = static_cast<int64_t>(planner::CopyKind::Copy);
+  constexpr auto kZero = static_cast<int64_t>(planner::CopyKind::Zero);
+  if (!tables.hasAccumulate && !tables.hasZero)
+    return copy();
+  e.ifThenElse(e.eq(kind, kCopy), copy, [&]() {
+    if (!tables.hasAccumulate)
+      return zero();
+    if (!tables.hasZero)
+      return sum();
+    e.ifThenElse(e.eq(kind, kZero), zero, sum);
+  });
+}
+
+/// The loops of copy row `row` from dimension `dim` inward.
+void CpuExchangeEmitter::copyNest(Value row, int64_t dim, Value src,
+                                  Value dst) {
+  int64_t outer = schedule.outerDims;
+  auto column = [&](int64_t c) { return e.load(copies, {row, e.index(c)}); };
+  if (dim == outer)
+    return copyRun(column(kKind), src, dst, column(kRunBytes));
+  Value count = e.toIndex(column(kFixedCopyColumns + dim));
+  Value srcStride = column(kFixedCopyColumns + outer + dim);
+  Value dstStride = column(kFixedCopyColumns + 2 * outer + dim);
+  e.loop(e.index(0), count, [&](Value i) {
+    Value step = e.toI64(i);
+    Value from = e.add(src, e.mul(step, srcStride));
+    Value to = e.add(dst, e.mul(step, dstStride));
+    copyNest(row, dim + 1, from, to);
+  });
+}
+
+void CpuExchangeEmitter::runCopies(Value begin, Value end) {
+  if (!copies)
+    return;
+  e.loop(begin, end, [&](Value row) {
+    auto column = [&](int64_t c) { return e.load(copies, {row, e.index(c)}); };
+    Value from = e.add(baseOf(column(kSrcSpace)), column(kSrcOffset));
+    Value to = e.add(baseOf(column(kDstSpace)), column(kDstOffset));
+    copyNest(row, 0, from, to);
+  });
+}
+
+/// Send/recv segments pack each box right before its send, inside the
+/// group, so that it leaves while the next one is packed; the copies no
+/// call waits for run once every call is posted.
+void CpuExchangeEmitter::emitSendRecv(Value rangeRow) {
+  Value begin = rangeColumn(rangeRow, kCommBegin);
+  Value end = rangeColumn(rangeRow, kCommEnd);
+  Value any =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, begin, end);
+  auto beforeRows = [&]() {
+    runRangeCopies(rangeRow, kBeforeBegin, kBeforeEnd);
+  };
+  e.ifThenElse(
+      any,
+      [&]() {
+        e.call(declare(RuntimeFunction::GroupStart), {runtime, device});
+        Value packs = rangeColumn(rangeRow, kBeforeBegin);
+        e.loop(begin, end, [&](Value row) {
+          Value packsBegin = arith::AddIOp::create(
+              b, loc, packs, e.toIndex(commColumn(row, kPacksBegin)));
+          Value packsEnd = arith::AddIOp::create(
+              b, loc, packs, e.toIndex(commColumn(row, kPacksEnd)));
+          runCopies(packsBegin, packsEnd);
+          Value peer = e.add(device, commColumn(row, kPeer));
+          Value at = e.pointer(commAddress(row));
+          Value bytes = commColumn(row, kBytes);
+          e.ifThenElse(
+              e.eq(commColumn(row, kCommKind),
+                   static_cast<int64_t>(planner::CommKind::Send)),
+              [&]() {
+                e.call(declare(RuntimeFunction::Send),
+                       {runtime, device, peer, at, bytes});
+              },
+              [&]() {
+                e.call(declare(RuntimeFunction::Recv),
+                       {runtime, device, peer, at, bytes});
+              });
+        });
+        runRangeCopies(rangeRow, kPackedEnd, kBeforeEnd);
+        e.call(declare(RuntimeFunction::GroupEnd), {runtime, device});
+      },
+      beforeRows);
+}
+
+void CpuExchangeEmitter::emitBroadcast(Value rangeRow) {
+  auto [group, numMembers] =
+      e.group(ranges, rangeRow, members, device, groupBuffer);
+  Value begin = rangeColumn(rangeRow, kCommBegin);
+  Value end = rangeColumn(rangeRow, kCommEnd);
+  e.loop(begin, end, [&](Value row) {
+    Value at = e.pointer(commAddress(row));
+    Value root = e.add(device, commColumn(row, kPeer));
+    e.call(declare(RuntimeFunction::Broadcast),
+           {runtime, device, group, numMembers, root, at, at,
+            commColumn(row, kBytes)});
+  });
+}
+
+/// In place in staging (or the source tile), as the row says; the rank
+/// column is the caller's index among the members.
+void CpuExchangeEmitter::emitCollective(planner::SegmentMethod method,
+                                        Value rangeRow) {
+  auto [group, numMembers] =
+      e.group(ranges, rangeRow, members, device, groupBuffer);
+  Value sum = arith::ConstantIntOp::create(b, loc, POLYMESH_RT_SUM, 32);
+  // Only schedules of element types the runtime sums have sum segments.
+  Value dtype = arith::ConstantIntOp::create(
+      b, loc, runtimeSumDtype(elementType).value_or(-1), 32);
+  Value begin = rangeColumn(rangeRow, kCommBegin);
+  Value end = rangeColumn(rangeRow, kCommEnd);
+  e.loop(begin, end, [&](Value row) {
+    Value at = commAddress(row);
+    Value bytes = commColumn(row, kBytes);
+    Value own = e.add(at, e.mul(commColumn(row, kPeerRank), bytes));
+    Value count =
+        arith::DivSIOp::create(b, loc, bytes, e.i64(schedule.elementBytes));
+    switch (method) {
+    case planner::SegmentMethod::AllGather:
+      e.call(declare(RuntimeFunction::AllGather),
+             {runtime, device, group, numMembers, e.pointer(own), e.pointer(at),
+              bytes});
+      break;
+    case planner::SegmentMethod::AllReduce:
+      e.call(declare(RuntimeFunction::AllReduce),
+             {runtime, device, group, numMembers, e.pointer(at), e.pointer(at),
+              count, dtype, sum});
+      break;
+    default:
+      e.call(declare(RuntimeFunction::ReduceScatter),
+             {runtime, device, group, numMembers, e.pointer(at), e.pointer(own),
+              count, dtype, sum});
+      break;
+    }
+  });
+}
+
+void CpuExchangeEmitter::emitSegment(size_t index,
+                                     planner::SegmentMethod method) {
+  Value rangeRow =
+      arith::AddIOp::create(b, loc, e.index(index * tables.numBlocks), block);
+  bool sendRecv = method == planner::SegmentMethod::SendRecv;
+  if (!sendRecv || !comms)
+    runRangeCopies(rangeRow, kBeforeBegin, kBeforeEnd);
+  if (comms) {
+    if (sendRecv)
+      emitSendRecv(rangeRow);
+    else if (method == planner::SegmentMethod::Broadcast)
+      emitBroadcast(rangeRow);
+    else if (isCollective(method))
+      emitCollective(method, rangeRow);
+  }
+  runRangeCopies(rangeRow, kAfterBegin, kAfterEnd);
+}
+
+Value CpuExchangeEmitter::emit() {
   auto sourceType = cast<RankedTensorType>(op.getInput().getType());
   auto resultType = cast<RankedTensorType>(op.getResult().getType());
-  Type elementType = sourceType.getElementType();
+  elementType = sourceType.getElementType();
   int64_t elementBytes = schedule.elementBytes;
-  auto sourceMemref =
-      MemRefType::get(sourceType.getShape(), sourceType.getElementType());
-  auto resultMemref =
-      MemRefType::get(resultType.getShape(), resultType.getElementType());
   Value source = bufferization::ToBufferOp::create(
-      builder, loc, sourceMemref, op.getInput(), /*read_only=*/true);
-  Value result = memref::AllocOp::create(builder, loc, resultMemref);
-  Value runtime = op.getRuntime();
-  Value device = op.getDevice();
-  Value position = op.getPosition();
-  int64_t numDevices = schedule.numDevices;
-
-  Value sourceAddress = e.address(source);
-  Value resultAddress = e.address(result);
+      b, loc, MemRefType::get(sourceType.getShape(), elementType),
+      op.getInput(), /*read_only=*/true);
+  Value result = memref::AllocOp::create(
+      b, loc, MemRefType::get(resultType.getShape(), elementType));
+  runtime = op.getRuntime();
+  device = op.getDevice();
+  sourceAddress = e.address(source);
+  resultAddress = e.address(result);
   int64_t sourceBytes = sourceType.getNumElements() * elementBytes;
   int64_t resultBytes = resultType.getNumElements() * elementBytes;
+  Type i64Type = b.getI64Type();
   Value scratch;
   if (schedule.writesSource && sourceBytes > 0) {
     // The plan sums into its source buffer: give it a copy, so that other
     // uses of the value keep their partials.
-    scratch = LLVM::CallOp::create(builder, loc, mallocFn,
+    scratch = LLVM::CallOp::create(b, loc, declare(RuntimeFunction::Malloc),
                                    ValueRange{e.i64(sourceBytes)})
                   .getResult();
-    LLVM::MemcpyOp::create(builder, loc, scratch, e.pointer(sourceAddress),
+    LLVM::MemcpyOp::create(b, loc, scratch, e.pointer(sourceAddress),
                            e.i64(sourceBytes), /*isVolatile=*/false);
-    sourceAddress = LLVM::PtrToIntOp::create(builder, loc, i64Type, scratch);
+    sourceAddress = LLVM::PtrToIntOp::create(b, loc, i64Type, scratch);
   }
   if (schedule.accumulatesIntoDestination && resultBytes > 0)
-    LLVM::MemsetOp::create(builder, loc, e.pointer(resultAddress),
-                           arith::ConstantIntOp::create(builder, loc, 0, 8),
+    LLVM::MemsetOp::create(b, loc, e.pointer(resultAddress),
+                           arith::ConstantIntOp::create(b, loc, 0, 8),
                            e.i64(resultBytes), /*isVolatile=*/false);
 
   // The device's block of rows (ExchangeTables.h): every table below but
   // this one is indexed by block.
-  Value block =
-      e.toIndex(e.load(e.global(tables.blocks, {numDevices}), {position}));
-  Value stagingTable = e.global(tables.staging, {tables.numBlocks});
-  Value stagingBytes = e.load(stagingTable, {block});
+  block = e.toIndex(e.load(table(tables.blocks), {op.getPosition()}));
+  Value stagingBytes = e.load(table(tables.staging), {block});
   // The runtime keeps one staging buffer per device for the whole run:
   // no allocation (or page faults on fresh pages) per exchange.
   Value staging =
-      LLVM::CallOp::create(builder, loc, stagingFn,
+      LLVM::CallOp::create(b, loc, declare(RuntimeFunction::Staging),
                            ValueRange{runtime, device, stagingBytes})
           .getResult();
-  Value stagingAddress =
-      LLVM::PtrToIntOp::create(builder, loc, i64Type, staging);
-
-  int64_t outer = schedule.outerDims;
-  Value copies, comms;
-  // The globals' static row counts: read them back from the symbols.
-  auto globalType = [&](const std::string &name) {
-    return tables_.globalType(name);
-  };
+  stagingAddress = LLVM::PtrToIntOp::create(b, loc, i64Type, staging);
   if (!tables.copies.empty())
-    copies = memref::GetGlobalOp::create(
-        builder, loc, globalType(tables.copies), tables.copies);
+    copies = table(tables.copies);
   if (!tables.comms.empty())
-    comms = memref::GetGlobalOp::create(builder, loc, globalType(tables.comms),
-                                        tables.comms);
-  Value ranges = memref::GetGlobalOp::create(
-      builder, loc, globalType(tables.ranges), tables.ranges);
+    comms = table(tables.comms);
+  ranges = table(tables.ranges);
   // Every collective group of every block, relative to the device; a
   // segment's range row says where the device's own group is, and the
   // group is written out as device ids before each collective call.
-  Value members, groupBuffer;
-  if (!tables.members.empty()) {
-    members = memref::GetGlobalOp::create(
-        builder, loc, globalType(tables.members), tables.members);
-    groupBuffer = tables_.groupBuffer(builder, tables.maxGroupSize);
-  }
+  if (!tables.members.empty())
+    members = table(tables.members);
 
-  auto baseOf = [&](Value space) {
-    Value isSource = e.eq(space, 0);
-    Value isResult = e.eq(space, 1);
-    Value other = arith::SelectOp::create(builder, loc, isResult, resultAddress,
-                                          stagingAddress);
-    return arith::SelectOp::create(builder, loc, isSource, sourceAddress, other)
-        .getResult();
-  };
-
-  // Only schedules of element types the runtime sums have sum segments.
-  auto sumDtype = [&]() {
-    return arith::ConstantIntOp::create(
-        builder, loc, runtimeSumDtype(elementType).value_or(-1), 32);
-  };
-
-  auto accumulate = [&](Value from, Value to, Value runBytes) {
-    Value count = e.toIndex(
-        arith::DivSIOp::create(builder, loc, runBytes, e.i64(elementBytes)));
-    e.loop(e.index(0), count, [&](Value j) {
-      Value offset = e.mul(e.toI64(j), e.i64(elementBytes));
-      Value src = e.pointer(e.add(from, offset));
-      Value dst = e.pointer(e.add(to, offset));
-      Value a = LLVM::LoadOp::create(builder, loc, elementType, dst);
-      Value c = LLVM::LoadOp::create(builder, loc, elementType, src);
-      Value sum;
-      if (auto floatType = dyn_cast<FloatType>(elementType)) {
-        if (floatType.getWidth() < 32) {
-          Type f32 = builder.getF32Type();
-          Value wide = arith::AddFOp::create(
-              builder, loc, arith::ExtFOp::create(builder, loc, f32, a),
-              arith::ExtFOp::create(builder, loc, f32, c));
-          sum = arith::TruncFOp::create(builder, loc, elementType, wide);
-        } else {
-          sum = arith::AddFOp::create(builder, loc, a, c);
-        }
-      } else if (elementType.isInteger(1)) {
-        sum = arith::OrIOp::create(builder, loc, a, c);
-      } else {
-        sum = arith::AddIOp::create(builder, loc, a, c);
-      }
-      LLVM::StoreOp::create(builder, loc, sum, dst);
-    });
-  };
-
-  auto runCopies = [&](Value begin, Value end) {
-    if (!copies)
-      return;
-    e.loop(begin, end, [&](Value row) {
-      auto column = [&](int64_t c) {
-        return e.load(copies, {row, e.index(c)});
-      };
-      Value kind = column(kKind);
-      Value from = e.add(baseOf(column(kSrcSpace)), column(kSrcOffset));
-      Value to = e.add(baseOf(column(kDstSpace)), column(kDstOffset));
-      Value runBytes = column(kRunBytes);
-      std::function<void(int64_t, Value, Value)> nest =
-          [&](int64_t dim, Value src, Value dst) {
-            if (dim == outer) {
-              auto copy = [&]() {
-                LLVM::MemcpyOp::create(builder, loc, e.pointer(dst),
-                                       e.pointer(src), runBytes,
-                                       /*isVolatile=*/false);
-              };
-              auto zero = [&]() {
-                LLVM::MemsetOp::create(
-                    builder, loc, e.pointer(dst),
-                    arith::ConstantIntOp::create(builder, loc, 0, 8), runBytes,
-                    /*isVolatile=*/false);
-              };
-              if (!tables.hasAccumulate && !tables.hasZero)
-                return copy();
-              e.ifThenElse(e.eq(kind, 0), copy, [&]() {
-                if (!tables.hasAccumulate)
-                  return zero();
-                if (!tables.hasZero)
-                  return accumulate(src, dst, runBytes);
-                e.ifThenElse(e.eq(kind, 2), zero,
-                             [&]() { accumulate(src, dst, runBytes); });
-              });
-              return;
-            }
-            Value count = e.toIndex(column(kFixedCopyColumns + dim));
-            Value srcStride = column(kFixedCopyColumns + outer + dim);
-            Value dstStride = column(kFixedCopyColumns + 2 * outer + dim);
-            e.loop(e.index(0), count, [&](Value i) {
-              Value step = e.toI64(i);
-              nest(dim + 1, e.add(src, e.mul(step, srcStride)),
-                   e.add(dst, e.mul(step, dstStride)));
-            });
-          };
-      nest(0, from, to);
-    });
-  };
-
-  for (auto [index, method] : llvm::enumerate(schedule.segments)) {
-    Value rangeRow = arith::AddIOp::create(
-        builder, loc, e.index(index * tables.numBlocks), block);
-    auto range = [&](int64_t c) {
-      return e.toIndex(e.load(ranges, {rangeRow, e.index(c)}));
-    };
-    auto callerGroup = [&]() {
-      return e.group(ranges, rangeRow, members, device, groupBuffer);
-    };
-    bool sendRecv = method == planner::SegmentMethod::SendRecv;
-    // Send/recv segments pack each box right before its send, inside the
-    // group, so that it leaves while the next one is packed; the copies no
-    // call waits for run once every call is posted.
-    if (!sendRecv || !comms)
-      runCopies(range(kBeforeBegin), range(kBeforeEnd));
-    if (comms) {
-      Value begin = range(kCommBegin), end = range(kCommEnd);
-      auto commColumn = [&](Value row, int64_t c) {
-        return e.load(comms, {row, e.index(c)});
-      };
-      if (sendRecv) {
-        Value any = arith::CmpIOp::create(
-            builder, loc, arith::CmpIPredicate::slt, begin, end);
-        e.ifThenElse(
-            any,
-            [&]() {
-              e.call(groupStart, {runtime, device});
-              Value packs = range(kBeforeBegin);
-              e.loop(begin, end, [&](Value row) {
-                runCopies(arith::AddIOp::create(
-                              builder, loc, packs,
-                              e.toIndex(commColumn(row, kPacksBegin))),
-                          arith::AddIOp::create(
-                              builder, loc, packs,
-                              e.toIndex(commColumn(row, kPacksEnd))));
-                Value peer = e.add(device, commColumn(row, kPeer));
-                Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
-                                           commColumn(row, kStagingOffset)));
-                Value bytes = commColumn(row, kBytes);
-                e.ifThenElse(
-                    e.eq(commColumn(row, kCommKind), 0),
-                    [&]() {
-                      e.call(sendFn, {runtime, device, peer, at, bytes});
-                    },
-                    [&]() {
-                      e.call(recvFn, {runtime, device, peer, at, bytes});
-                    });
-              });
-              runCopies(range(kPackedEnd), range(kBeforeEnd));
-              e.call(groupEnd, {runtime, device});
-            },
-            [&]() { runCopies(range(kBeforeBegin), range(kBeforeEnd)); });
-      } else if (method == planner::SegmentMethod::Broadcast) {
-        Value group, numMembers;
-        std::tie(group, numMembers) = callerGroup();
-        e.loop(begin, end, [&](Value row) {
-          Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
-                                     commColumn(row, kStagingOffset)));
-          Value root = e.add(device, commColumn(row, kPeer));
-          e.call(broadcastFn, {runtime, device, group, numMembers, root, at, at,
-                               commColumn(row, kBytes)});
-        });
-      } else if (isCollective(method)) {
-        // In place in staging (or the source tile), as the row says; the
-        // rank column is the caller's index among the members.
-        Value group, numMembers;
-        std::tie(group, numMembers) = callerGroup();
-        Value sum =
-            arith::ConstantIntOp::create(builder, loc, POLYMESH_RT_SUM, 32);
-        e.loop(begin, end, [&](Value row) {
-          Value at = e.add(baseOf(commColumn(row, kSpace)),
-                           commColumn(row, kStagingOffset));
-          Value bytes = commColumn(row, kBytes);
-          Value own = e.add(at, e.mul(commColumn(row, kPeerRank), bytes));
-          Value count =
-              arith::DivSIOp::create(builder, loc, bytes, e.i64(elementBytes));
-          switch (method) {
-          case planner::SegmentMethod::AllGather:
-            e.call(allGatherFn, {runtime, device, group, numMembers,
-                                 e.pointer(own), e.pointer(at), bytes});
-            break;
-          case planner::SegmentMethod::AllReduce:
-            e.call(allReduceFn,
-                   {runtime, device, group, numMembers, e.pointer(at),
-                    e.pointer(at), count, sumDtype(), sum});
-            break;
-          default:
-            e.call(reduceScatterFn,
-                   {runtime, device, group, numMembers, e.pointer(at),
-                    e.pointer(own), count, sumDtype(), sum});
-            break;
-          }
-        });
-      }
-    }
-    runCopies(range(kAfterBegin), range(kAfterEnd));
-  }
+  for (auto [index, method] : llvm::enumerate(schedule.segments))
+    emitSegment(index, method);
 
   if (scratch)
-    e.call(freeFn, {scratch});
+    e.call(declare(RuntimeFunction::Free), {scratch});
   // Not writable: one-shot bufferization folds a later exchange's
   // to_buffer of this tensor back into `result`, so the runtime calls that
   // read it are invisible to its analysis, and an op allowed to write in
   // place here would clobber data still to be sent.
-  Value tensor = bufferization::ToTensorOp::create(
-      builder, loc, resultType, result, /*restrict=*/true, /*writable=*/false);
-  op.getResult().replaceAllUsesWith(tensor);
-  op.erase();
-  return success();
+  return bufferization::ToTensorOp::create(b, loc, resultType, result,
+                                           /*restrict=*/true,
+                                           /*writable=*/false);
 }
 
-LogicalResult CpuExchangeLowering::run() {
-  SmallVector<ExchangeOp> exchanges;
-  module.walk([&](ExchangeOp op) { exchanges.push_back(op); });
-  for (ExchangeOp op : exchanges)
-    if (failed(lower(op)))
-      return failure();
-  return finishPartitionedModule(module, "the CPU",
-                                 /*readOnlyArguments=*/true);
+/// polymesh.exchange -> the device's share of its plan.
+struct ExchangeToCpuPattern : public OpConversionPattern<ExchangeOp> {
+  ExchangeToCpuPattern(
+      MLIRContext *context,
+      const llvm::DenseMap<Operation *, PreparedExchange> &prepared)
+      : OpConversionPattern<ExchangeOp>(context), prepared(prepared) {}
+
+  LogicalResult
+  matchAndRewrite(ExchangeOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &rewriter) const final {
+    auto it = prepared.find(op);
+    if (it == prepared.end())
+      return rewriter.notifyMatchFailure(op, "no tables prepared");
+    CpuExchangeEmitter emitter(op, it->second, op->getParentOfType<ModuleOp>(),
+                               rewriter);
+    rewriter.replaceOp(op, emitter.emit());
+    return success();
+  }
+
+  const llvm::DenseMap<Operation *, PreparedExchange> &prepared;
+};
+
+/// Builds every exchange's tables (and its function's group buffer) in
+/// `module`, then rewrites the exchanges by ExchangeToCpuPattern.
+LogicalResult convertExchangesToCpu(ModuleOp module) {
+  PlanTableBuilder builder(module);
+  llvm::DenseMap<Operation *, PreparedExchange> prepared;
+  WalkResult walk = module.walk([&](ExchangeOp op) {
+    FailureOr<PlanTables *> tables = builder.tablesFor(op);
+    if (failed(tables))
+      return WalkResult::interrupt();
+    PreparedExchange &entry = prepared[op];
+    entry.tables = *tables;
+    if (!(*tables)->members.empty()) {
+      OpBuilder at(op);
+      entry.groupBuffer = builder.groupBuffer(at, (*tables)->maxGroupSize);
+    }
+    return WalkResult::advance();
+  });
+  if (walk.wasInterrupted())
+    return failure();
+  // Declared before the conversion, whose patterns only create ops through
+  // the rewriter.
+  if (!prepared.empty())
+    for (RuntimeFunction function :
+         {RuntimeFunction::Malloc, RuntimeFunction::Free,
+          RuntimeFunction::Staging, RuntimeFunction::GroupStart,
+          RuntimeFunction::GroupEnd, RuntimeFunction::Send,
+          RuntimeFunction::Recv, RuntimeFunction::Broadcast,
+          RuntimeFunction::AllGather, RuntimeFunction::AllReduce,
+          RuntimeFunction::ReduceScatter})
+      getOrDeclare(module, function);
+  MLIRContext *context = module.getContext();
+  ConversionTarget target(*context);
+  target.addIllegalOp<ExchangeOp>();
+  target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+  RewritePatternSet patterns(context);
+  patterns.add<ExchangeToCpuPattern>(context, prepared);
+  return applyPartialConversion(module, target, std::move(patterns));
 }
+
+struct PolymeshExchangeToCpuPass
+    : public polymesh::impl::PolymeshExchangeToCpuBase<
+          PolymeshExchangeToCpuPass> {
+  using Base::Base;
+
+  void runOnOperation() final {
+    if (failed(convertExchangesToCpu(getOperation())))
+      return signalPassFailure();
+  }
+};
 
 struct PolymeshLowerToCpuPass
     : public polymesh::impl::PolymeshLowerToCpuBase<PolymeshLowerToCpuPass> {
@@ -411,8 +492,9 @@ struct PolymeshLowerToCpuPass
 
   void runOnOperation() final {
     ModuleOp module = getOperation();
-    CpuExchangeLowering lowering(module);
-    if (failed(lowering.run()))
+    if (failed(convertExchangesToCpu(module)) ||
+        failed(finishPartitionedModule(module, "the CPU",
+                                       /*readOnlyArguments=*/true)))
       return signalPassFailure();
     OpPassManager pm(ModuleOp::getOperationName());
     buildHostLoweringPipeline(pm);

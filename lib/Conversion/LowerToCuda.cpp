@@ -22,8 +22,10 @@
 //===----------------------------------------------------------------------===//
 
 #include "ExchangeTables.h"
+#include "RuntimeFunctions.h"
 
 #include "polymesh/Conversion/Passes.h"
+#include "polymesh/Runtime/NcclAbi.h"
 
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
@@ -66,10 +68,6 @@ using namespace polymesh::conversion;
 namespace {
 
 constexpr const char *kKernelModule = "polymesh_kernels";
-/// NCCL's ncclUint8: every transfer but a sum is bytes.
-constexpr int64_t kNcclUint8 = 1;
-/// NCCL's ncclSum.
-constexpr int64_t kNcclSum = 0;
 constexpr int64_t kThreadsPerBlock = 256;
 /// Grid-stride loops cover the rest; enough blocks to fill an H200.
 constexpr int64_t kMaxBlocks = 4096;
@@ -297,8 +295,8 @@ private:
   LogicalResult lowerFunction(func::FuncOp function);
   LogicalResult lowerExchange(ExchangeOp op, OpBuilder &builder, Value src,
                               Value dst);
-  LLVM::LLVMFuncOp fn(StringRef name, Type result, ArrayRef<Type> args) {
-    return declareFunction(module, name, result, args);
+  LLVM::LLVMFuncOp fn(RuntimeFunction function) {
+    return getOrDeclare(module, function);
   }
   /// The address of a NUL-terminated constant string, one global per text.
   Value cString(OpBuilder &builder, Location loc, StringRef text);
@@ -347,12 +345,7 @@ Value CudaLowering::cString(OpBuilder &builder, Location loc, StringRef text) {
 
 void CudaLowering::checkNccl(OpBuilder &builder, Location loc, Value result,
                              Value comm, StringRef call) {
-  MLIRContext *context = builder.getContext();
-  Type ptrType = LLVM::LLVMPointerType::get(context);
-  Type i32Type = builder.getI32Type();
-  LLVM::LLVMFuncOp check =
-      fn("polymesh_rt_nccl_check", i32Type,
-         {ptrType, builder.getI64Type(), ptrType, i32Type, ptrType});
+  LLVM::LLVMFuncOp check = fn(RuntimeFunction::NcclCheck);
   LLVM::CallOp::create(
       builder, loc, check,
       ValueRange{runtime, device, comm, result, cString(builder, loc, call)});
@@ -412,47 +405,28 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
     return failure();
   const PlanTables &plan = **maybeTables;
   const ScheduleShape &schedule = plan.schedule;
-  MLIRContext *context = op.getContext();
   Location loc = op.getLoc();
   Emitter e(builder, loc);
-  Type ptrType = LLVM::LLVMPointerType::get(context);
   Type i64Type = builder.getI64Type();
   Type i32Type = builder.getI32Type();
-  Type voidType = LLVM::LLVMVoidType::get(context);
   auto sourceType = cast<RankedTensorType>(op.getInput().getType());
   auto resultType = cast<RankedTensorType>(op.getResult().getType());
   Type element = sourceType.getElementType();
   int64_t numDevices = schedule.numDevices;
   int64_t outer = schedule.outerDims;
 
-  LLVM::LLVMFuncOp alloc =
-      fn("polymesh_rt_device_alloc", ptrType, {ptrType, i64Type, i64Type});
-  LLVM::LLVMFuncOp release =
-      fn("polymesh_rt_device_free", voidType, {ptrType, i64Type, ptrType});
-  LLVM::LLVMFuncOp copy = fn("polymesh_rt_device_copy", i32Type,
-                             {ptrType, i64Type, ptrType, ptrType, i64Type});
-  LLVM::LLVMFuncOp commFn = fn("polymesh_rt_nccl_comm", ptrType,
-                               {ptrType, i64Type, ptrType, i64Type});
-  LLVM::LLVMFuncOp groupStart = fn("ncclGroupStart", i32Type, {});
-  LLVM::LLVMFuncOp groupEnd = fn("ncclGroupEnd", i32Type, {});
-  LLVM::LLVMFuncOp sendFn =
-      fn("ncclSend", i32Type,
-         {ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
-  LLVM::LLVMFuncOp recvFn =
-      fn("ncclRecv", i32Type,
-         {ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
-  LLVM::LLVMFuncOp broadcastFn =
-      fn("ncclBroadcast", i32Type,
-         {ptrType, ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
-  LLVM::LLVMFuncOp allGatherFn =
-      fn("ncclAllGather", i32Type,
-         {ptrType, ptrType, i64Type, i32Type, ptrType, ptrType});
-  LLVM::LLVMFuncOp allReduceFn =
-      fn("ncclAllReduce", i32Type,
-         {ptrType, ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
-  LLVM::LLVMFuncOp reduceScatterFn =
-      fn("ncclReduceScatter", i32Type,
-         {ptrType, ptrType, i64Type, i32Type, i32Type, ptrType, ptrType});
+  LLVM::LLVMFuncOp alloc = fn(RuntimeFunction::DeviceAlloc);
+  LLVM::LLVMFuncOp release = fn(RuntimeFunction::DeviceFree);
+  LLVM::LLVMFuncOp copy = fn(RuntimeFunction::DeviceCopy);
+  LLVM::LLVMFuncOp commFn = fn(RuntimeFunction::NcclComm);
+  LLVM::LLVMFuncOp groupStart = fn(RuntimeFunction::NcclGroupStart);
+  LLVM::LLVMFuncOp groupEnd = fn(RuntimeFunction::NcclGroupEnd);
+  LLVM::LLVMFuncOp sendFn = fn(RuntimeFunction::NcclSend);
+  LLVM::LLVMFuncOp recvFn = fn(RuntimeFunction::NcclRecv);
+  LLVM::LLVMFuncOp broadcastFn = fn(RuntimeFunction::NcclBroadcast);
+  LLVM::LLVMFuncOp allGatherFn = fn(RuntimeFunction::NcclAllGather);
+  LLVM::LLVMFuncOp allReduceFn = fn(RuntimeFunction::NcclAllReduce);
+  LLVM::LLVMFuncOp reduceScatterFn = fn(RuntimeFunction::NcclReduceScatter);
 
   auto call = [&](LLVM::LLVMFuncOp function, ValueRange args) {
     return LLVM::CallOp::create(builder, loc, function, args);
@@ -598,7 +572,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
                                        commColumn(row, kPeerRank))
             .getResult();
       };
-      Value uint8 = arith::ConstantIntOp::create(builder, loc, kNcclUint8, 32);
+      Value uint8 =
+          arith::ConstantIntOp::create(builder, loc, nccl_abi::kUint8, 32);
       if (method == planner::SegmentMethod::SendRecv) {
         Value any = arith::CmpIOp::create(
             builder, loc, arith::CmpIPredicate::slt, begin, end);
@@ -654,7 +629,8 @@ LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
         std::tie(group, numMembers) = callerGroup();
         Value dtype = arith::ConstantIntOp::create(
             builder, loc, ncclSumDtype(element).value_or(-1), 32);
-        Value sum = arith::ConstantIntOp::create(builder, loc, kNcclSum, 32);
+        Value sum =
+            arith::ConstantIntOp::create(builder, loc, nccl_abi::kSum, 32);
         e.loop(begin, end, [&](Value row) {
           Value comm =
               call(commFn, {runtime, device, group, numMembers}).getResult();
@@ -702,8 +678,6 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
   MLIRContext *context = function.getContext();
   Type ptrType = LLVM::LLVMPointerType::get(context);
   Type i64Type = IntegerType::get(context, 64);
-  Type i32Type = IntegerType::get(context, 32);
-  Type voidType = LLVM::LLVMVoidType::get(context);
   Block &body = function.getBody().front();
   auto ret = cast<func::ReturnOp>(body.getTerminator());
   // Besides exchanges the CUDA target places data, it does not compute:
@@ -833,18 +807,12 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
   device = entry->getArgument(1);
   position = entry->getArgument(2);
 
-  LLVM::LLVMFuncOp streamFn =
-      fn("polymesh_rt_cuda_stream", ptrType, {ptrType, i64Type});
-  LLVM::LLVMFuncOp commFn = fn("polymesh_rt_nccl_comm", ptrType,
-                               {ptrType, i64Type, ptrType, i64Type});
-  LLVM::LLVMFuncOp alloc =
-      fn("polymesh_rt_device_alloc", ptrType, {ptrType, i64Type, i64Type});
-  LLVM::LLVMFuncOp release =
-      fn("polymesh_rt_device_free", voidType, {ptrType, i64Type, ptrType});
-  LLVM::LLVMFuncOp copy = fn("polymesh_rt_device_copy", i32Type,
-                             {ptrType, i64Type, ptrType, ptrType, i64Type});
-  LLVM::LLVMFuncOp synchronize =
-      fn("polymesh_rt_device_synchronize", i32Type, {ptrType, i64Type});
+  LLVM::LLVMFuncOp streamFn = fn(RuntimeFunction::CudaStream);
+  LLVM::LLVMFuncOp commFn = fn(RuntimeFunction::NcclComm);
+  LLVM::LLVMFuncOp alloc = fn(RuntimeFunction::DeviceAlloc);
+  LLVM::LLVMFuncOp release = fn(RuntimeFunction::DeviceFree);
+  LLVM::LLVMFuncOp copy = fn(RuntimeFunction::DeviceCopy);
+  LLVM::LLVMFuncOp synchronize = fn(RuntimeFunction::DeviceSynchronize);
   stream =
       LLVM::CallOp::create(builder, loc, streamFn, ValueRange{runtime, device})
           .getResult();
@@ -1037,8 +1005,7 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
           /*isConstant=*/true, LLVM::Linkage::Private, name,
           builder.getStringAttr(image));
     }
-    LLVM::LLVMFuncOp upload = fn("polymesh_rt_device_upload", i32Type,
-                                 {ptrType, i64Type, ptrType, ptrType, i64Type});
+    LLVM::LLVMFuncOp upload = fn(RuntimeFunction::DeviceUpload);
     Value source = LLVM::AddressOfOp::create(builder, loc, ptrType, name);
     LLVM::CallOp::create(
         builder, loc, upload,

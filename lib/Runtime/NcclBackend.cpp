@@ -29,6 +29,7 @@
 
 #include "BackendOps.h"
 
+#include "polymesh/Runtime/NcclAbi.h"
 #include "polymesh/Runtime/NcclBackend.h"
 
 #include "NcclApi.h"
@@ -94,6 +95,19 @@ using Clock = std::chrono::steady_clock;
 using detail::formatGroup;
 using detail::OpKind;
 using detail::opKindName;
+
+// What generated code passes (NcclAbi.h) is what this nccl.h means.
+static_assert(nccl_abi::kInt8 == static_cast<int>(ncclInt8) &&
+                  nccl_abi::kUint8 == static_cast<int>(ncclUint8) &&
+                  nccl_abi::kInt32 == static_cast<int>(ncclInt32) &&
+                  nccl_abi::kInt64 == static_cast<int>(ncclInt64) &&
+                  nccl_abi::kFloat16 == static_cast<int>(ncclFloat16) &&
+                  nccl_abi::kFloat32 == static_cast<int>(ncclFloat32) &&
+                  nccl_abi::kFloat64 == static_cast<int>(ncclFloat64) &&
+                  nccl_abi::kBfloat16 == static_cast<int>(ncclBfloat16),
+              "NcclAbi.h's ncclDataType_t values differ from nccl.h's");
+static_assert(nccl_abi::kSum == static_cast<int>(ncclSum),
+              "NcclAbi.h's ncclRedOp_t values differ from nccl.h's");
 
 ncclDataType_t ncclType(DataType type) {
   switch (type) {

@@ -372,3 +372,10 @@ func.func @dimension_count_still_checked(%a: tensor<16x8xf32>) -> tensor<16x8xf3
 func.func @part(%a: tensor<2xf32>) -> tensor<2xf32> attributes {polymesh.meshes = ["m"]} {
   return %a : tensor<2xf32>
 }
+
+// -----
+
+// expected-error @+1 {{'polymesh.group_buffer' is a unit attribute of an llvm.alloca}}
+func.func @marked(%a: tensor<2xf32>) -> tensor<2xf32> attributes {polymesh.group_buffer} {
+  return %a : tensor<2xf32>
+}

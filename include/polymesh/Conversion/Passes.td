@@ -9,12 +9,37 @@
 
 include "mlir/Pass/PassBase.td"
 
+def PolymeshExchangeToCpu
+    : Pass<"polymesh-exchange-to-cpu", "mlir::ModuleOp"> {
+  let summary = "Rewrites each polymesh.exchange into its device's share of "
+                "the plan: loops over tables and loopback runtime calls";
+  let description = [{
+    The first stage of `--polymesh-lower-to-cpu`, on its own so that its
+    output can be read and tested: every `polymesh.exchange` of a
+    partitioned module is rewritten, by one `OpConversionPattern` with
+    `polymesh.exchange` illegal, into `scf` loops over the plan's tables
+    (`memref.global` constants, built once per plan before the conversion),
+    `llvm.intr.memcpy`/`memset` runs, element-wise sums, and `llvm.call`s
+    of the runtime's C ABI, between a `bufferization.to_buffer` of the
+    input tile and a `bufferization.to_tensor` of the result. Everything
+    else (plans, meshes, the rest of the tensor code) is left for
+    `--polymesh-lower-to-cpu`'s later stages. `--polymesh-lower-to-cpu`
+    describes the tables and the code.
+  }];
+  let dependentDialects = ["::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::bufferization::BufferizationDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::arith::ArithDialect"];
+}
+
 def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
   let summary = "Lowers partitioned programs to the LLVM dialect: generated "
                 "copy loops and calls into the loopback runtime";
   let description = [{
     Runs after `--polymesh-partition`. Each `polymesh.exchange` becomes
-    the calling device's share of its plan, derived from the plan's global
+    (`--polymesh-exchange-to-cpu`, the first stage) the calling device's
+    share of its plan, derived from the plan's global
     `polymesh.transfer` (`DeviceSchedule`, `include/polymesh/Planner/`):
 
     * **Segments.** Step phases of the plan, in order, the same code on

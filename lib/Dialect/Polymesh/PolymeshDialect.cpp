@@ -156,6 +156,13 @@ LogicalResult PolymeshDialect::verifyOperationAttribute(Operation *op,
   if (name == kLeafAttrName)
     return op->emitError() << "'" << kLeafAttrName
                            << "' belongs on function results";
+  if (name == kGroupBufferAttrName) {
+    if (op->getName().getStringRef() != "llvm.alloca" ||
+        !isa<UnitAttr>(attr.getValue()))
+      return op->emitError() << "'" << name
+                             << "' is a unit attribute of an llvm.alloca";
+    return success();
+  }
   if (name == kMeshesAttrName) {
     if (!isa<FunctionOpInterface>(op))
       return op->emitError() << "'" << name << "' belongs on a function";

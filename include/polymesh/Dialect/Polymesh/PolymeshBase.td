@@ -53,6 +53,10 @@ def Polymesh_Dialect : Dialect {
     /// references): the sorted union of their device ids is the function's
     /// devices, whose indices are the positions its classes are called with.
     static constexpr llvm::StringLiteral kMeshesAttrName = "polymesh.meshes";
+    /// On the llvm.alloca that holds a lowered function's collective
+    /// groups (a unit attribute; the CPU and CUDA lowerings drop it).
+    static constexpr llvm::StringLiteral kGroupBufferAttrName =
+        "polymesh.group_buffer";
     /// On a private function whose body is one planned polymesh.transfer,
     /// which polymesh.exchange ops refer to (a unit attribute).
     static constexpr llvm::StringLiteral kPlanAttrName = "polymesh.plan";

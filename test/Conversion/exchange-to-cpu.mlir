@@ -1,0 +1,136 @@
+// RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition --polymesh-exchange-to-cpu -split-input-file | FileCheck %s --enable-var-scope
+
+// --polymesh-exchange-to-cpu: the first stage of --polymesh-lower-to-cpu on
+// its own. Each polymesh.exchange becomes its device's share of the plan
+// (an OpConversionPattern): loads from the plan's tables (memref.global,
+// indexed by the device's block), scf loops of memcpy runs, and calls of
+// the loopback runtime, between a to_buffer of the input tile and a
+// to_tensor of the result. One case per kind of communication.
+
+// An all-gather over a mesh with odd ids: every device's rank in the
+// group differs, so 4 blocks; members are ids relative to the device.
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_blocks : memref<4xi64> = dense<[0, 1, 2, 3]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_members : memref<16xi64> = dense<[0, 1, 2, 3, -1, 0, 1, 2, -2, -1, 0, 1, -3, -2, -1, 0]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_comms : memref<4x8xi64> = dense<{{\[\[}}3, 0, 0, 128, 0, 2, 0, 0], [3, 0, 0, 128, 1, 2, 0, 0], [3, 0, 0, 128, 2, 2, 0, 0], [3, 0, 0, 128, 3, 2, 0, 0]]>
+// CHECK-LABEL: func.func @all_gather__part0(
+// CHECK-SAME: %[[RT:.*]]: !llvm.ptr, %[[DEV:.*]]: i64, %[[POS:.*]]: index, %[[IN:.*]]: tensor<4x8xf32>) -> tensor<16x8xf32>
+// CHECK: %[[GROUP:.*]] = llvm.alloca %{{.*}} x i64 {alignment = 8 : i64, polymesh.group_buffer}
+// CHECK: bufferization.to_buffer %[[IN]] read_only : tensor<4x8xf32> to memref<4x8xf32>
+// CHECK: %[[OUT:.*]] = memref.alloc() : memref<16x8xf32>
+// CHECK: %[[BLOCKS:.*]] = memref.get_global @__polymesh_all_gather__plan0_blocks
+// CHECK: memref.load %[[BLOCKS]][%[[POS]]]
+// CHECK: llvm.call @polymesh_rt_staging(%[[RT]], %[[DEV]], %{{.*}})
+// CHECK: "llvm.intr.memcpy"
+// The caller's group, written out as device ids, then one call per row.
+// CHECK: llvm.store %{{.*}}, %{{.*}} : i64, !llvm.ptr
+// CHECK: scf.for
+// CHECK: llvm.call @polymesh_rt_all_gather(%[[RT]], %[[DEV]], %[[GROUP]], %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}})
+// CHECK: bufferization.to_tensor %[[OUT]] restrict : memref<16x8xf32> to tensor<16x8xf32>
+// The plan stays for the later stages.
+// CHECK-LABEL: func.func private @all_gather__plan0(
+// CHECK: polymesh.transfer
+// CHECK-NOT: polymesh.exchange
+
+polymesh.mesh @m = <["x"=4], device_ids=[3, 0, 2, 1]>
+
+func.func @all_gather(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>})
+    -> (tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>}) {
+  return %a : tensor<16x8xf32>
+}
+
+// -----
+
+// A sum over "y" in two groups side by side ({0, 1} and {2, 3}): the
+// devices of a group differ by rank only, so 2 blocks. The plan sums into
+// its source: the source tile is copied first (malloc, memcpy) and freed.
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_blocks : memref<4xi64> = dense<[0, 1, 0, 1]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_members : memref<4xi64> = dense<[0, 1, -1, 0]>
+// CHECK-LABEL: func.func @all_reduce__part0(
+// CHECK: %[[COPY:.*]] = llvm.call @malloc(%{{.*}}) : (i64) -> !llvm.ptr
+// CHECK: "llvm.intr.memcpy"(%[[COPY]],
+// In place: send and receive are the same address.
+// CHECK: arith.divsi
+// CHECK-NEXT: %[[SEND:.*]] = llvm.inttoptr %[[AT:.*]] : i64 to !llvm.ptr
+// CHECK-NEXT: %[[RECV:.*]] = llvm.inttoptr %[[AT]] : i64 to !llvm.ptr
+// CHECK: llvm.call @polymesh_rt_all_reduce(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[SEND]], %[[RECV]], %{{.*}}, %{{.*}}, %{{.*}})
+// CHECK: llvm.call @free(%[[COPY]])
+// CHECK: bufferization.to_tensor
+
+polymesh.mesh @m = <["x"=2, "y"=2]>
+
+func.func @all_reduce(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}], unreduced={"y"}>})
+    -> (tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>}) {
+  return %a : tensor<16x8xf32>
+}
+
+// -----
+
+// Partial sums over all of "x" to row blocks: one reduce-scatter in place.
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_comms : memref<4x8xi64> = dense<{{\[\[}}5, 0, 0, 128, 0, 2, 0, 0], [5, 0, 0, 128, 1, 2, 0, 0], [5, 0, 0, 128, 2, 2, 0, 0], [5, 0, 0, 128, 3, 2, 0, 0]]>
+// CHECK-LABEL: func.func @reduce_scatter__part0(
+// CHECK-SAME: tensor<16x8xf32>) -> tensor<4x8xf32>
+// CHECK: llvm.call @malloc
+// CHECK: llvm.call @polymesh_rt_reduce_scatter(
+// CHECK-NOT: llvm.call @polymesh_rt_all_reduce
+// CHECK: llvm.call @free
+
+polymesh.mesh @m = <["x"=4]>
+
+func.func @reduce_scatter(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}], unreduced={"x"}>})
+    -> (tensor<16x8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"x"}, {}]>}) {
+  return %a : tensor<16x8xf32>
+}
+
+// -----
+
+// Cross-mesh: the Orbax restore's broadcasts from the replica mesh to the
+// training mesh, both groups side by side, in place (space 0 on the roots,
+// space 1 on the receivers). Both classes share the plan's tables.
+// CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_blocks : memref<8xi64> = dense<[0, 0, 1, 1, 2, 2, 3, 3]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_members : memref<16xi64> = dense<[0, 2, 4, 6, -2, 0, 2, 4, -4, -2, 0, 2, -6, -4, -2, 0]>
+// CHECK-LABEL: func.func @broadcast__part0(
+// CHECK: llvm.call @polymesh_rt_broadcast(
+// CHECK-NOT: llvm.call @polymesh_rt_broadcast(
+// CHECK-LABEL: func.func @broadcast__part1(
+// CHECK-SAME: tensor<0x0xf32>) -> tensor<16x16xf32>
+// CHECK: memref.get_global @__polymesh_broadcast__plan0_blocks
+// CHECK: llvm.call @polymesh_rt_broadcast(
+
+polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
+polymesh.mesh @train = <["dp"=4, "tp"=2]>
+
+func.func @broadcast(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@replica0, [{}, {"tp"}]>})
+    -> (tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@train, [{}, {"tp"}]>}) {
+  return %a : tensor<16x32xf32>
+}
+
+// -----
+
+// Irregular ids and uneven rows to columns: grouped sends and receives,
+// each box packed right before its send; a device with no call runs its
+// copies outside the group.
+// CHECK-DAG: memref.global "private" constant @__polymesh_send_recv__plan0_blocks : memref<5xi64> = dense<[0, 1, 2, 3, 4]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_send_recv__plan0_staging : memref<5xi64> = dense<[72, 0, 48, 72, 0]>
+// CHECK-LABEL: func.func @send_recv__part0(
+// CHECK: scf.if
+// CHECK-NEXT: llvm.call @polymesh_rt_group_start
+// CHECK: scf.for
+// CHECK: "llvm.intr.memcpy"
+// CHECK: scf.if
+// CHECK-NEXT: llvm.call @polymesh_rt_send
+// CHECK-NEXT: } else {
+// CHECK-NEXT: llvm.call @polymesh_rt_recv
+// CHECK: llvm.call @polymesh_rt_group_end
+// CHECK-NEXT: } else {
+// CHECK-LABEL: func.func @send_recv__part1(
+// CHECK-SAME: tensor<0x0xf32>) -> tensor<8x3xf32>
+// CHECK-LABEL: func.func @send_recv__part2(
+// CHECK-SAME: tensor<2x6xf32>) -> tensor<0x0xf32>
+
+polymesh.mesh @a = <["x"=3], device_ids=[4, 0, 2]>
+polymesh.mesh @b = <["y"=2], device_ids=[5, 1]>
+
+func.func @send_recv(%x: tensor<8x6xf32> {polymesh.sharding = #polymesh.sharding<@a, [{"x"}, {}]>})
+    -> (tensor<8x6xf32> {polymesh.sharding = #polymesh.sharding<@b, [{}, {"y"}]>}) {
+  return %x : tensor<8x6xf32>
+}
