@@ -467,3 +467,81 @@ polymesh::conversion::finishPartitionedModule(ModuleOp module, StringRef target,
   });
   return failure(leftover.wasInterrupted());
 }
+
+Value ScheduleEmitter::table(const std::string &name) {
+  auto global = module.lookupSymbol<memref::GlobalOp>(name);
+  return memref::GetGlobalOp::create(b, loc, global.getType(), name);
+}
+
+Value ScheduleEmitter::baseOf(Value space) {
+  Value isSource =
+      e.eq(space, static_cast<int64_t>(planner::BufferSpace::Source));
+  Value isResult =
+      e.eq(space, static_cast<int64_t>(planner::BufferSpace::Destination));
+  Value other =
+      arith::SelectOp::create(b, loc, isResult, resultAddress, stagingAddress);
+  return arith::SelectOp::create(b, loc, isSource, sourceAddress, other)
+      .getResult();
+}
+
+void ScheduleEmitter::loadTables(Value position) {
+  // Every table but `blocks` is indexed by the device's block.
+  block = e.toIndex(e.load(table(tables.blocks), {position}));
+  if (!tables.copies.empty())
+    copies = table(tables.copies);
+  if (!tables.comms.empty())
+    comms = table(tables.comms);
+  ranges = table(tables.ranges);
+  // Every collective group of every block, relative to the device; a
+  // segment's range row says where the device's own group is, and the
+  // group is written out as device ids before each collective call.
+  if (!tables.members.empty())
+    members = table(tables.members);
+}
+
+void ScheduleEmitter::emitSegments() {
+  for (auto [index, method] : llvm::enumerate(schedule.segments)) {
+    Value rangeRow =
+        arith::AddIOp::create(b, loc, e.index(index * tables.numBlocks), block);
+    bool sendRecv = method == planner::SegmentMethod::SendRecv;
+    if (!(sendRecv && comms && packsWithCalls()))
+      runRangeCopies(rangeRow, kBeforeBegin, kBeforeEnd);
+    if (comms && sendRecv)
+      emitSendRecv(rangeRow);
+    else if (comms && isCollective(method))
+      emitCollective(method, rangeRow);
+    runRangeCopies(rangeRow, kAfterBegin, kAfterEnd);
+  }
+}
+
+void ScheduleEmitter::byCopyKind(Value kind, llvm::function_ref<void()> copy,
+                                 llvm::function_ref<void()> zero,
+                                 llvm::function_ref<void()> accumulate) {
+  constexpr auto kCopy = static_cast<int64_t>(planner::CopyKind::Copy);
+  constexpr auto kZero = static_cast<int64_t>(planner::CopyKind::Zero);
+  if (!tables.hasAccumulate && !tables.hasZero)
+    return copy();
+  e.ifThenElse(e.eq(kind, kCopy), copy, [&]() {
+    if (!tables.hasAccumulate)
+      return zero();
+    if (!tables.hasZero)
+      return accumulate();
+    e.ifThenElse(e.eq(kind, kZero), zero, accumulate);
+  });
+}
+
+Value polymesh::conversion::addElements(OpBuilder &builder, Location loc,
+                                        Type element, Value a, Value c) {
+  if (auto floatType = dyn_cast<FloatType>(element)) {
+    if (floatType.getWidth() >= 32)
+      return arith::AddFOp::create(builder, loc, a, c);
+    Type f32 = builder.getF32Type();
+    Value wide = arith::AddFOp::create(
+        builder, loc, arith::ExtFOp::create(builder, loc, f32, a),
+        arith::ExtFOp::create(builder, loc, f32, c));
+    return arith::TruncFOp::create(builder, loc, element, wide);
+  }
+  if (element.isInteger(1))
+    return arith::OrIOp::create(builder, loc, a, c);
+  return arith::AddIOp::create(builder, loc, a, c);
+}

@@ -163,6 +163,11 @@ mlir::LogicalResult finishPartitionedModule(mlir::ModuleOp module,
                                             llvm::StringRef target,
                                             bool readOnlyArguments);
 
+/// a + c in `element`, as partial sums add on every backend: f16 and bf16
+/// through f32, rounded per addition; i1 as or.
+mlir::Value addElements(mlir::OpBuilder &builder, mlir::Location loc,
+                        mlir::Type element, mlir::Value a, mlir::Value c);
+
 /// Emits code with a builder positioned inside one exchange's lowering.
 class Emitter {
 public:
@@ -245,6 +250,100 @@ public:
 
   OpBuilder &b;
   Location loc;
+};
+
+/// Emits one exchange's code from its plan's tables: the calling device's
+/// block, then every segment in order (its before copies, its calls, its
+/// after copies). What a copy row and each kind of call become is the
+/// target's (CPU: loops and loopback runtime calls; CUDA: kernels and NCCL).
+class ScheduleEmitter {
+public:
+  ScheduleEmitter(OpBuilder &builder, Location loc, ModuleOp module,
+                  const PlanTables &tables)
+      : b(builder), e(builder, loc), loc(loc), module(module), tables(tables),
+        schedule(tables.schedule) {}
+  virtual ~ScheduleEmitter() = default;
+
+protected:
+  /// Loads the device's block (at `position`) and the tables' globals.
+  void loadTables(Value position);
+  /// Every segment of the schedule, in order.
+  void emitSegments();
+
+  /// Runs the copy rows [begin, end).
+  virtual void runCopies(Value begin, Value end) = 0;
+  /// A send/recv segment's calls; with packsWithCalls(), also its before
+  /// copies.
+  virtual void emitSendRecv(Value rangeRow) = 0;
+  /// A broadcast's or another collective's calls over the caller's group.
+  virtual void emitCollective(planner::SegmentMethod method,
+                              Value rangeRow) = 0;
+  /// Whether send/recv segments run their before copies with their calls
+  /// (packing each box right before its send).
+  virtual bool packsWithCalls() const { return false; }
+
+  /// A memref.global table by name, with its static type.
+  Value table(const std::string &name);
+  /// The address a row's space (planner::BufferSpace) starts at.
+  Value baseOf(Value space);
+  Value rangeColumn(Value rangeRow, int64_t column) {
+    return e.toIndex(e.load(ranges, {rangeRow, e.index(column)}));
+  }
+  /// The copy rows [begin, end) named by two columns of a range row.
+  void runRangeCopies(Value rangeRow, int64_t beginColumn, int64_t endColumn) {
+    Value begin = rangeColumn(rangeRow, beginColumn);
+    Value end = rangeColumn(rangeRow, endColumn);
+    runCopies(begin, end);
+  }
+  Value commColumn(Value row, int64_t column) {
+    return e.load(comms, {row, e.index(column)});
+  }
+  /// Where a communication row's bytes are (an i64 address).
+  Value commAddress(Value row) {
+    Value base = baseOf(commColumn(row, kSpace));
+    Value offset = commColumn(row, kStagingOffset);
+    return e.add(base, offset);
+  }
+  /// What a collective's communication row names: the buffer (in place),
+  /// its bytes, the caller's own chunk in it (at + rank * bytes: all-gather
+  /// and reduce-scatter) and its element count.
+  struct CollectiveRow {
+    Value at, bytes, own, count;
+  };
+  CollectiveRow collectiveRow(Value row) {
+    CollectiveRow fields;
+    fields.at = commAddress(row);
+    fields.bytes = commColumn(row, kBytes);
+    fields.own =
+        e.add(fields.at, e.mul(commColumn(row, kPeerRank), fields.bytes));
+    fields.count = arith::DivSIOp::create(b, loc, fields.bytes,
+                                          e.i64(schedule.elementBytes));
+    return fields;
+  }
+  /// Runs the branch of a copy row's kind (planner::CopyKind), testing only
+  /// for the kinds the plan has.
+  void byCopyKind(Value kind, llvm::function_ref<void()> copy,
+                  llvm::function_ref<void()> zero,
+                  llvm::function_ref<void()> accumulate);
+  /// The caller's group of a collective segment, as device ids in
+  /// `groupBuffer`, with its count.
+  std::pair<Value, Value> callerGroup(Value rangeRow, Value device) {
+    return e.group(ranges, rangeRow, members, device, groupBuffer);
+  }
+
+  OpBuilder &b;
+  Emitter e;
+  Location loc;
+  ModuleOp module;
+  const PlanTables &tables;
+  const ScheduleShape &schedule;
+  /// Set by the target before emitSegments: the i64 addresses of the
+  /// source tile, the result tile and the staging buffer, and the
+  /// function's buffer for collective groups (when the plan has members).
+  Value sourceAddress, resultAddress, stagingAddress, groupBuffer;
+  /// Set by loadTables: the device's block, and the tables (copies and
+  /// comms null when the plan has none).
+  Value block, copies, comms, ranges, members;
 };
 
 } // namespace polymesh::conversion

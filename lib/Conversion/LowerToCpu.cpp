@@ -56,14 +56,16 @@ struct PreparedExchange {
   Value groupBuffer;
 };
 
-/// Emits one exchange's code: the calling device's share of its plan.
-class CpuExchangeEmitter {
+/// Emits one exchange's code for the CPU: copy rows as loops of memcpy
+/// runs, calls into the loopback runtime.
+class CpuExchangeEmitter : public ScheduleEmitter {
 public:
   CpuExchangeEmitter(ExchangeOp op, const PreparedExchange &prepared,
                      ModuleOp module, OpBuilder &builder)
-      : op(op), tables(*prepared.tables), schedule(tables.schedule),
-        module(module), b(builder), e(builder, op.getLoc()), loc(op.getLoc()),
-        groupBuffer(prepared.groupBuffer) {}
+      : ScheduleEmitter(builder, op.getLoc(), module, *prepared.tables),
+        op(op) {
+    groupBuffer = prepared.groupBuffer;
+  }
 
   /// The exchange's result as a tensor.
   Value emit();
@@ -74,65 +76,19 @@ private:
     return module.lookupSymbol<LLVM::LLVMFuncOp>(
         runtimeSignature(function).name);
   }
-  Value table(const std::string &name) {
-    return memref::GetGlobalOp::create(
-        b, loc,
-        cast<MemRefType>(module.lookupSymbol<memref::GlobalOp>(name).getType()),
-        name);
-  }
-  /// The address a row's space (planner::BufferSpace) starts at.
-  Value baseOf(Value space);
   void accumulate(Value from, Value to, Value runBytes);
   void copyRun(Value kind, Value src, Value dst, Value runBytes);
   void copyNest(Value row, int64_t dim, Value src, Value dst);
-  void runCopies(Value begin, Value end);
-  /// The copy rows [begin, end) of a range row's columns.
-  void runRangeCopies(Value rangeRow, int64_t beginColumn, int64_t endColumn) {
-    Value begin = rangeColumn(rangeRow, beginColumn);
-    Value end = rangeColumn(rangeRow, endColumn);
-    runCopies(begin, end);
-  }
-  Value commColumn(Value row, int64_t column) {
-    return e.load(comms, {row, e.index(column)});
-  }
-  /// Where a communication row's bytes are.
-  Value commAddress(Value row) {
-    Value base = baseOf(commColumn(row, kSpace));
-    Value offset = commColumn(row, kStagingOffset);
-    return e.add(base, offset);
-  }
-  Value rangeColumn(Value rangeRow, int64_t column) {
-    return e.toIndex(e.load(ranges, {rangeRow, e.index(column)}));
-  }
-  void emitSendRecv(Value rangeRow);
+  void runCopies(Value begin, Value end) final;
+  void emitSendRecv(Value rangeRow) final;
+  void emitCollective(planner::SegmentMethod method, Value rangeRow) final;
+  bool packsWithCalls() const final { return true; }
   void emitBroadcast(Value rangeRow);
-  void emitCollective(planner::SegmentMethod method, Value rangeRow);
-  void emitSegment(size_t index, planner::SegmentMethod method);
 
   ExchangeOp op;
-  const PlanTables &tables;
-  const ScheduleShape &schedule;
-  ModuleOp module;
-  OpBuilder &b;
-  Emitter e;
-  Location loc;
-  Value groupBuffer;
   Type elementType;
-  Value runtime, device, block;
-  Value sourceAddress, resultAddress, stagingAddress;
-  Value copies, comms, ranges, members;
+  Value runtime, device;
 };
-
-Value CpuExchangeEmitter::baseOf(Value space) {
-  Value isSource =
-      e.eq(space, static_cast<int64_t>(planner::BufferSpace::Source));
-  Value isResult =
-      e.eq(space, static_cast<int64_t>(planner::BufferSpace::Destination));
-  Value other =
-      arith::SelectOp::create(b, loc, isResult, resultAddress, stagingAddress);
-  return arith::SelectOp::create(b, loc, isSource, sourceAddress, other)
-      .getResult();
-}
 
 /// dst += src element by element, in the element type (f16 and bf16
 /// through f32, rounded per addition; i1 sums are ors).
@@ -146,22 +102,7 @@ void CpuExchangeEmitter::accumulate(Value from, Value to, Value runBytes) {
     Value dst = e.pointer(e.add(to, offset));
     Value a = LLVM::LoadOp::create(b, loc, elementType, dst);
     Value c = LLVM::LoadOp::create(b, loc, elementType, src);
-    Value sum;
-    if (auto floatType = dyn_cast<FloatType>(elementType)) {
-      if (floatType.getWidth() < 32) {
-        Type f32 = b.getF32Type();
-        Value wide =
-            arith::AddFOp::create(b, loc, arith::ExtFOp::create(b, loc, f32, a),
-                                  arith::ExtFOp::create(b, loc, f32, c));
-        sum = arith::TruncFOp::create(b, loc, elementType, wide);
-      } else {
-        sum = arith::AddFOp::create(b, loc, a, c);
-      }
-    } else if (elementType.isInteger(1)) {
-      sum = arith::OrIOp::create(b, loc, a, c);
-    } else {
-      sum = arith::AddIOp::create(b, loc, a, c);
-    }
+    Value sum = addElements(b, loc, elementType, a, c);
     LLVM::StoreOp::create(b, loc, sum, dst);
   });
 }
@@ -180,17 +121,7 @@ void CpuExchangeEmitter::copyRun(Value kind, Value src, Value dst,
                            /*isVolatile=*/false);
   };
   auto sum = [&]() { accumulate(src, dst, runBytes); };
-  constexpr auto kCopy = static_cast<int64_t>(planner::CopyKind::Copy);
-  constexpr auto kZero = static_cast<int64_t>(planner::CopyKind::Zero);
-  if (!tables.hasAccumulate && !tables.hasZero)
-    return copy();
-  e.ifThenElse(e.eq(kind, kCopy), copy, [&]() {
-    if (!tables.hasAccumulate)
-      return zero();
-    if (!tables.hasZero)
-      return sum();
-    e.ifThenElse(e.eq(kind, kZero), zero, sum);
-  });
+  byCopyKind(kind, copy, zero, sum);
 }
 
 /// The loops of copy row `row` from dimension `dim` inward.
@@ -266,8 +197,7 @@ void CpuExchangeEmitter::emitSendRecv(Value rangeRow) {
 }
 
 void CpuExchangeEmitter::emitBroadcast(Value rangeRow) {
-  auto [group, numMembers] =
-      e.group(ranges, rangeRow, members, device, groupBuffer);
+  auto [group, numMembers] = callerGroup(rangeRow, device);
   Value begin = rangeColumn(rangeRow, kCommBegin);
   Value end = rangeColumn(rangeRow, kCommEnd);
   e.loop(begin, end, [&](Value row) {
@@ -283,8 +213,9 @@ void CpuExchangeEmitter::emitBroadcast(Value rangeRow) {
 /// column is the caller's index among the members.
 void CpuExchangeEmitter::emitCollective(planner::SegmentMethod method,
                                         Value rangeRow) {
-  auto [group, numMembers] =
-      e.group(ranges, rangeRow, members, device, groupBuffer);
+  if (method == planner::SegmentMethod::Broadcast)
+    return emitBroadcast(rangeRow);
+  auto [group, numMembers] = callerGroup(rangeRow, device);
   Value sum = arith::ConstantIntOp::create(b, loc, POLYMESH_RT_SUM, 32);
   // Only schedules of element types the runtime sums have sum segments.
   Value dtype = arith::ConstantIntOp::create(
@@ -292,11 +223,7 @@ void CpuExchangeEmitter::emitCollective(planner::SegmentMethod method,
   Value begin = rangeColumn(rangeRow, kCommBegin);
   Value end = rangeColumn(rangeRow, kCommEnd);
   e.loop(begin, end, [&](Value row) {
-    Value at = commAddress(row);
-    Value bytes = commColumn(row, kBytes);
-    Value own = e.add(at, e.mul(commColumn(row, kPeerRank), bytes));
-    Value count =
-        arith::DivSIOp::create(b, loc, bytes, e.i64(schedule.elementBytes));
+    auto [at, bytes, own, count] = collectiveRow(row);
     switch (method) {
     case planner::SegmentMethod::AllGather:
       e.call(declare(RuntimeFunction::AllGather),
@@ -315,24 +242,6 @@ void CpuExchangeEmitter::emitCollective(planner::SegmentMethod method,
       break;
     }
   });
-}
-
-void CpuExchangeEmitter::emitSegment(size_t index,
-                                     planner::SegmentMethod method) {
-  Value rangeRow =
-      arith::AddIOp::create(b, loc, e.index(index * tables.numBlocks), block);
-  bool sendRecv = method == planner::SegmentMethod::SendRecv;
-  if (!sendRecv || !comms)
-    runRangeCopies(rangeRow, kBeforeBegin, kBeforeEnd);
-  if (comms) {
-    if (sendRecv)
-      emitSendRecv(rangeRow);
-    else if (method == planner::SegmentMethod::Broadcast)
-      emitBroadcast(rangeRow);
-    else if (isCollective(method))
-      emitCollective(method, rangeRow);
-  }
-  runRangeCopies(rangeRow, kAfterBegin, kAfterEnd);
 }
 
 Value CpuExchangeEmitter::emit() {
@@ -368,9 +277,7 @@ Value CpuExchangeEmitter::emit() {
                            arith::ConstantIntOp::create(b, loc, 0, 8),
                            e.i64(resultBytes), /*isVolatile=*/false);
 
-  // The device's block of rows (ExchangeTables.h): every table below but
-  // this one is indexed by block.
-  block = e.toIndex(e.load(table(tables.blocks), {op.getPosition()}));
+  loadTables(op.getPosition());
   Value stagingBytes = e.load(table(tables.staging), {block});
   // The runtime keeps one staging buffer per device for the whole run:
   // no allocation (or page faults on fresh pages) per exchange.
@@ -379,19 +286,7 @@ Value CpuExchangeEmitter::emit() {
                            ValueRange{runtime, device, stagingBytes})
           .getResult();
   stagingAddress = LLVM::PtrToIntOp::create(b, loc, i64Type, staging);
-  if (!tables.copies.empty())
-    copies = table(tables.copies);
-  if (!tables.comms.empty())
-    comms = table(tables.comms);
-  ranges = table(tables.ranges);
-  // Every collective group of every block, relative to the device; a
-  // segment's range row says where the device's own group is, and the
-  // group is written out as device ids before each collective call.
-  if (!tables.members.empty())
-    members = table(tables.members);
-
-  for (auto [index, method] : llvm::enumerate(schedule.segments))
-    emitSegment(index, method);
+  emitSegments();
 
   if (scratch)
     e.call(declare(RuntimeFunction::Free), {scratch});

@@ -214,23 +214,7 @@ gpu::GPUFuncOp KernelBuilder::get(KernelKind kind, int64_t outer,
     case KernelKind::Accumulate: {
       Value a = LLVM::LoadOp::create(builder, loc, element, to);
       Value b = LLVM::LoadOp::create(builder, loc, element, at(src, srcOffset));
-      Value sum;
-      if (auto floatType = dyn_cast<FloatType>(element)) {
-        if (floatType.getWidth() < 32) {
-          Type f32 = builder.getF32Type();
-          sum = arith::TruncFOp::create(
-              builder, loc, element,
-              arith::AddFOp::create(
-                  builder, loc, arith::ExtFOp::create(builder, loc, f32, a),
-                  arith::ExtFOp::create(builder, loc, f32, b)));
-        } else {
-          sum = arith::AddFOp::create(builder, loc, a, b);
-        }
-      } else if (element.isInteger(1)) {
-        sum = arith::OrIOp::create(builder, loc, a, b);
-      } else {
-        sum = arith::AddIOp::create(builder, loc, a, b);
-      }
+      Value sum = addElements(builder, loc, element, a, b);
       LLVM::StoreOp::create(builder, loc, sum, to);
       break;
     }
@@ -285,6 +269,27 @@ gpu::GPUFuncOp KernelBuilder::getFill(int64_t elementBytes) {
   return kernel;
 }
 
+/// The host function of one partitioned function while it is lowered.
+struct HostFunction {
+  func::FuncOp function;
+  func::FuncOp host;
+  Block *entry = nullptr;
+  func::ReturnOp ret;
+  unsigned numInputs = 0;
+  /// Device pointers of tensor values.
+  llvm::DenseMap<Value, Value> pointerOf;
+  /// Table reads (i64 on the host), and each table's global and shape.
+  llvm::DenseMap<Value, Value> scalarOf;
+  llvm::DenseMap<Value, std::pair<std::string, SmallVector<int64_t>>> tableOf;
+  /// Device memory freed at the end, and results made in place.
+  SmallVector<Value> temporaries;
+  llvm::DenseSet<unsigned> written;
+
+  Value outPointer(unsigned result) const {
+    return entry->getArgument(3 + numInputs + result);
+  }
+};
+
 class CudaLowering {
 public:
   CudaLowering(ModuleOp module, StringRef chip, StringRef features)
@@ -292,11 +297,34 @@ public:
   LogicalResult run();
 
 private:
+  friend class CudaExchangeEmitter;
+
   LogicalResult lowerFunction(func::FuncOp function);
-  LogicalResult lowerExchange(ExchangeOp op, OpBuilder &builder, Value src,
-                              Value dst);
+  /// Creates the host function and gets the device's stream and world
+  /// communicator.
+  void beginHost(HostFunction &host, OpBuilder &builder);
+  LogicalResult lowerOp(Operation &op, HostFunction &host, OpBuilder &builder);
+  void lowerOffsetTable(arith::ConstantOp constant, HostFunction &host);
+  void lowerTableRead(tensor::ExtractOp extract, HostFunction &host,
+                      OpBuilder &builder);
+  void lowerSlice(tensor::ExtractSliceOp slice, HostFunction &host,
+                  OpBuilder &builder);
+  void lowerDenseConstant(arith::ConstantOp constant, HostFunction &host,
+                          OpBuilder &builder);
+  /// Copies what is not yet in the caller's buffers there, waits for the
+  /// stream, frees the temporaries and returns.
+  void finishHost(HostFunction &host, OpBuilder &builder);
+  /// Where `result` is made: straight in the caller's buffer when it is
+  /// returned once and used nowhere else, else in a temporary.
+  Value destinationOf(Value result, int64_t bytes, HostFunction &host,
+                      OpBuilder &builder);
   LLVM::LLVMFuncOp fn(RuntimeFunction function) {
     return getOrDeclare(module, function);
+  }
+  Value call(OpBuilder &builder, Location loc, RuntimeFunction function,
+             ValueRange args) {
+    auto op = LLVM::CallOp::create(builder, loc, fn(function), args);
+    return op.getNumResults() ? op.getResult() : Value();
   }
   /// The address of a NUL-terminated constant string, one global per text.
   Value cString(OpBuilder &builder, Location loc, StringRef text);
@@ -345,9 +373,8 @@ Value CudaLowering::cString(OpBuilder &builder, Location loc, StringRef text) {
 
 void CudaLowering::checkNccl(OpBuilder &builder, Location loc, Value result,
                              Value comm, StringRef call) {
-  LLVM::LLVMFuncOp check = fn(RuntimeFunction::NcclCheck);
   LLVM::CallOp::create(
-      builder, loc, check,
+      builder, loc, fn(RuntimeFunction::NcclCheck),
       ValueRange{runtime, device, comm, result, cString(builder, loc, call)});
 }
 
@@ -398,369 +425,320 @@ int64_t elementBytesOf(Type element) {
   return std::max<int64_t>(1, (element.getIntOrFloatBitWidth() + 7) / 8);
 }
 
-LogicalResult CudaLowering::lowerExchange(ExchangeOp op, OpBuilder &builder,
-                                          Value src, Value dst) {
-  FailureOr<PlanTables *> maybeTables = tables.tablesFor(op);
-  if (failed(maybeTables))
-    return failure();
-  const PlanTables &plan = **maybeTables;
-  const ScheduleShape &schedule = plan.schedule;
-  Location loc = op.getLoc();
-  Emitter e(builder, loc);
-  Type i64Type = builder.getI64Type();
-  Type i32Type = builder.getI32Type();
+/// Emits one exchange's code for CUDA: copy rows as kernels and calls to
+/// NCCL, all on the device's stream.
+class CudaExchangeEmitter : public ScheduleEmitter {
+public:
+  CudaExchangeEmitter(CudaLowering &lowering, ExchangeOp op,
+                      const PlanTables &tables, OpBuilder &builder)
+      : ScheduleEmitter(builder, op.getLoc(), lowering.module, tables),
+        lowering(lowering), op(op),
+        element(op.getInput().getType().getElementType()) {}
+
+  /// Runs the exchange from the device tile `src` into `dst`.
+  void emit(Value src, Value dst);
+
+private:
+  Value call(RuntimeFunction function, ValueRange args) {
+    return lowering.call(b, loc, function, args);
+  }
+  /// An NCCL call, its result checked.
+  void callNccl(RuntimeFunction function, ValueRange args, Value comm) {
+    lowering.checkNccl(b, loc, call(function, args), comm,
+                       runtimeSignature(function).name);
+  }
+  Value toPtrInt(Value pointer) {
+    return LLVM::PtrToIntOp::create(b, loc, b.getI64Type(), pointer);
+  }
+  Value uint8() {
+    return arith::ConstantIntOp::create(b, loc, nccl_abi::kUint8, 32);
+  }
+  void launchRow(gpu::GPUFuncOp kernel, Value from, Value to, Value runUnits,
+                 ArrayRef<Value> loops, Value total);
+  void copyRow(Value row);
+  void runCopies(Value begin, Value end) final;
+  void emitSendRecv(Value rangeRow) final;
+  void emitCollective(planner::SegmentMethod method, Value rangeRow) final;
+  void emitBroadcast(Value rangeRow);
+
+  CudaLowering &lowering;
+  ExchangeOp op;
+  Type element;
+};
+
+void CudaExchangeEmitter::launchRow(gpu::GPUFuncOp kernel, Value from, Value to,
+                                    Value runUnits, ArrayRef<Value> loops,
+                                    Value total) {
+  SmallVector<Value> args = {e.pointer(from), e.pointer(to), runUnits};
+  args.append(loops.begin(), loops.end());
+  args.push_back(total);
+  lowering.launch(b, loc, kernel, total, args);
+}
+
+/// One copy row as one kernel launch: a copy (in 16-byte units where every
+/// offset, stride and the run allow it), a zero fill or a sum.
+void CudaExchangeEmitter::copyRow(Value row) {
+  int64_t outer = schedule.outerDims;
+  auto column = [&](int64_t c) { return e.load(copies, {row, e.index(c)}); };
+  Value kind = column(kKind);
+  Value srcOffset = column(kSrcOffset), dstOffset = column(kDstOffset);
+  Value from = e.add(baseOf(column(kSrcSpace)), srcOffset);
+  Value to = e.add(baseOf(column(kDstSpace)), dstOffset);
+  Value runBytes = column(kRunBytes);
+  SmallVector<Value> loops;
+  Value runs = e.i64(1);
+  for (int64_t c = 0; c < 3 * outer; ++c)
+    loops.push_back(column(kFixedCopyColumns + c));
+  for (int64_t d = 0; d < outer; ++d)
+    runs = e.mul(runs, loops[d]);
+  auto launchUnits = [&](KernelKind kernelKind, int64_t unitBytes, Type type) {
+    Value runUnits = arith::DivSIOp::create(b, loc, runBytes, e.i64(unitBytes));
+    launchRow(lowering.kernels.get(kernelKind, outer, unitBytes, type), from,
+              to, runUnits, loops, e.mul(runs, runUnits));
+  };
+  auto copy = [&]() {
+    Value bits = arith::OrIOp::create(b, loc, from, to);
+    bits = arith::OrIOp::create(b, loc, bits, runBytes);
+    for (int64_t c = outer; c < 3 * outer; ++c)
+      bits = arith::OrIOp::create(b, loc, bits, loops[c]);
+    Value aligned = e.eq(arith::AndIOp::create(b, loc, bits, e.i64(15)), 0);
+    e.ifThenElse(
+        aligned, [&]() { launchUnits(KernelKind::Copy, 16, Type()); },
+        [&]() { launchUnits(KernelKind::Copy, 1, Type()); });
+  };
+  auto zero = [&]() { launchUnits(KernelKind::Zero, 1, Type()); };
+  auto add = [&]() {
+    launchUnits(KernelKind::Accumulate, elementBytesOf(element), element);
+  };
+  byCopyKind(kind, copy, zero, add);
+}
+
+void CudaExchangeEmitter::runCopies(Value begin, Value end) {
+  if (copies)
+    e.loop(begin, end, [&](Value row) { copyRow(row); });
+}
+
+/// Send/recv rows inside one NCCL group on the world communicator, whose
+/// ranks are positions: the rank column is relative to the caller's.
+void CudaExchangeEmitter::emitSendRecv(Value rangeRow) {
+  Value begin = rangeColumn(rangeRow, kCommBegin);
+  Value end = rangeColumn(rangeRow, kCommEnd);
+  Value any =
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, begin, end);
+  Value comm = lowering.worldComm, stream = lowering.stream;
+  e.ifThenElse(any, [&]() {
+    call(RuntimeFunction::NcclGroupStart, {});
+    Value type = uint8();
+    e.loop(begin, end, [&](Value row) {
+      Value at = e.pointer(commAddress(row));
+      Value bytes = commColumn(row, kBytes);
+      Value rank = arith::TruncIOp::create(
+          b, loc, b.getI32Type(),
+          e.add(e.toI64(lowering.position), commColumn(row, kPeerRank)));
+      e.ifThenElse(
+          e.eq(commColumn(row, kCommKind),
+               static_cast<int64_t>(planner::CommKind::Send)),
+          [&]() {
+            callNccl(RuntimeFunction::NcclSend,
+                     {at, bytes, type, rank, comm, stream}, comm);
+          },
+          [&]() {
+            callNccl(RuntimeFunction::NcclRecv,
+                     {at, bytes, type, rank, comm, stream}, comm);
+          });
+    });
+    callNccl(RuntimeFunction::NcclGroupEnd, {}, comm);
+  });
+}
+
+void CudaExchangeEmitter::emitBroadcast(Value rangeRow) {
+  auto [group, numMembers] = callerGroup(rangeRow, lowering.device);
+  Value type = uint8();
+  Value begin = rangeColumn(rangeRow, kCommBegin);
+  Value end = rangeColumn(rangeRow, kCommEnd);
+  e.loop(begin, end, [&](Value row) {
+    Value comm = call(RuntimeFunction::NcclComm,
+                      {lowering.runtime, lowering.device, group, numMembers});
+    Value at = e.pointer(commAddress(row));
+    // The rank column is the root's index in the group.
+    Value root = arith::TruncIOp::create(b, loc, b.getI32Type(),
+                                         commColumn(row, kPeerRank));
+    callNccl(
+        RuntimeFunction::NcclBroadcast,
+        {at, at, commColumn(row, kBytes), type, root, comm, lowering.stream},
+        comm);
+  });
+}
+
+/// NCCL's in-place forms on the members' communicator: the rank column is
+/// the caller's index among the members. All-gather moves bytes; sums use
+/// the element type.
+void CudaExchangeEmitter::emitCollective(planner::SegmentMethod method,
+                                         Value rangeRow) {
+  if (method == planner::SegmentMethod::Broadcast)
+    return emitBroadcast(rangeRow);
+  auto [group, numMembers] = callerGroup(rangeRow, lowering.device);
+  Value type = uint8();
+  Value dtype = arith::ConstantIntOp::create(
+      b, loc, ncclSumDtype(element).value_or(-1), 32);
+  Value sum = arith::ConstantIntOp::create(b, loc, nccl_abi::kSum, 32);
+  Value stream = lowering.stream;
+  Value begin = rangeColumn(rangeRow, kCommBegin);
+  Value end = rangeColumn(rangeRow, kCommEnd);
+  e.loop(begin, end, [&](Value row) {
+    Value comm = call(RuntimeFunction::NcclComm,
+                      {lowering.runtime, lowering.device, group, numMembers});
+    auto [at, bytes, own, count] = collectiveRow(row);
+    switch (method) {
+    case planner::SegmentMethod::AllGather:
+      callNccl(RuntimeFunction::NcclAllGather,
+               {e.pointer(own), e.pointer(at), bytes, type, comm, stream},
+               comm);
+      break;
+    case planner::SegmentMethod::AllReduce:
+      callNccl(RuntimeFunction::NcclAllReduce,
+               {e.pointer(at), e.pointer(at), count, dtype, sum, comm, stream},
+               comm);
+      break;
+    default:
+      callNccl(RuntimeFunction::NcclReduceScatter,
+               {e.pointer(at), e.pointer(own), count, dtype, sum, comm, stream},
+               comm);
+      break;
+    }
+  });
+}
+
+void CudaExchangeEmitter::emit(Value src, Value dst) {
+  Value runtime = lowering.runtime, device = lowering.device;
   auto sourceType = cast<RankedTensorType>(op.getInput().getType());
   auto resultType = cast<RankedTensorType>(op.getResult().getType());
-  Type element = sourceType.getElementType();
-  int64_t numDevices = schedule.numDevices;
-  int64_t outer = schedule.outerDims;
-
-  LLVM::LLVMFuncOp alloc = fn(RuntimeFunction::DeviceAlloc);
-  LLVM::LLVMFuncOp release = fn(RuntimeFunction::DeviceFree);
-  LLVM::LLVMFuncOp copy = fn(RuntimeFunction::DeviceCopy);
-  LLVM::LLVMFuncOp commFn = fn(RuntimeFunction::NcclComm);
-  LLVM::LLVMFuncOp groupStart = fn(RuntimeFunction::NcclGroupStart);
-  LLVM::LLVMFuncOp groupEnd = fn(RuntimeFunction::NcclGroupEnd);
-  LLVM::LLVMFuncOp sendFn = fn(RuntimeFunction::NcclSend);
-  LLVM::LLVMFuncOp recvFn = fn(RuntimeFunction::NcclRecv);
-  LLVM::LLVMFuncOp broadcastFn = fn(RuntimeFunction::NcclBroadcast);
-  LLVM::LLVMFuncOp allGatherFn = fn(RuntimeFunction::NcclAllGather);
-  LLVM::LLVMFuncOp allReduceFn = fn(RuntimeFunction::NcclAllReduce);
-  LLVM::LLVMFuncOp reduceScatterFn = fn(RuntimeFunction::NcclReduceScatter);
-
-  auto call = [&](LLVM::LLVMFuncOp function, ValueRange args) {
-    return LLVM::CallOp::create(builder, loc, function, args);
-  };
-  auto toPtrInt = [&](Value pointer) {
-    return LLVM::PtrToIntOp::create(builder, loc, i64Type, pointer).getResult();
-  };
-  Value sourceAddress = toPtrInt(src);
-  Value resultAddress = toPtrInt(dst);
+  sourceAddress = toPtrInt(src);
+  resultAddress = toPtrInt(dst);
   int64_t sourceBytes = byteSize(sourceType, schedule.elementBytes);
   int64_t resultBytes = byteSize(resultType, schedule.elementBytes);
   Value scratch;
   if (schedule.writesSource && sourceBytes > 0) {
-    scratch = call(alloc, {runtime, device, e.i64(sourceBytes)}).getResult();
-    call(copy, {runtime, device, scratch, src, e.i64(sourceBytes)});
+    // The plan sums into its source buffer: give it a copy, so that other
+    // uses of the value keep their partials.
+    scratch = call(RuntimeFunction::DeviceAlloc,
+                   {runtime, device, e.i64(sourceBytes)});
+    call(RuntimeFunction::DeviceCopy,
+         {runtime, device, scratch, src, e.i64(sourceBytes)});
     sourceAddress = toPtrInt(scratch);
   }
-
-  // The device's block of rows (ExchangeTables.h): every table below but
-  // this one is indexed by block.
-  Value block =
-      e.toIndex(e.load(e.global(plan.blocks, {numDevices}), {position}));
-  Value stagingBytes =
-      e.load(e.global(plan.staging, {plan.numBlocks}), {block});
+  loadTables(lowering.position);
+  Value stagingBytes = e.load(table(tables.staging), {block});
   Value staging =
-      call(alloc,
+      call(RuntimeFunction::DeviceAlloc,
            {runtime, device,
-            arith::MaxSIOp::create(builder, loc, stagingBytes, e.i64(1))})
-          .getResult();
-  Value stagingAddress = toPtrInt(staging);
-
-  Value copies, comms;
-  if (!plan.copies.empty())
-    copies = memref::GetGlobalOp::create(
-        builder, loc, tables.globalType(plan.copies), plan.copies);
-  if (!plan.comms.empty())
-    comms = memref::GetGlobalOp::create(
-        builder, loc, tables.globalType(plan.comms), plan.comms);
-  Value ranges = memref::GetGlobalOp::create(
-      builder, loc, tables.globalType(plan.ranges), plan.ranges);
-  // Every collective group of every block, relative to the device; a
-  // segment's range row says where the device's own group is, and the
-  // group is written out as device ids before each communicator lookup.
-  Value members, groupBuffer;
-  if (!plan.members.empty()) {
-    members = memref::GetGlobalOp::create(
-        builder, loc, tables.globalType(plan.members), plan.members);
-    groupBuffer = tables.groupBuffer(builder, plan.maxGroupSize);
-  }
-
-  auto baseOf = [&](Value space) {
-    Value other = arith::SelectOp::create(builder, loc, e.eq(space, 1),
-                                          resultAddress, stagingAddress);
-    return arith::SelectOp::create(builder, loc, e.eq(space, 0), sourceAddress,
-                                   other)
-        .getResult();
-  };
-  auto launchRow = [&](gpu::GPUFuncOp kernel, Value from, Value to,
-                       Value runUnits, ArrayRef<Value> loops, Value total) {
-    SmallVector<Value> args = {e.pointer(from), e.pointer(to), runUnits};
-    args.append(loops.begin(), loops.end());
-    args.push_back(total);
-    launch(builder, loc, kernel, total, args);
-  };
-
+            arith::MaxSIOp::create(b, loc, stagingBytes, e.i64(1))});
+  stagingAddress = toPtrInt(staging);
+  if (!tables.members.empty())
+    groupBuffer = lowering.tables.groupBuffer(b, tables.maxGroupSize);
   if (schedule.accumulatesIntoDestination && resultBytes > 0) {
     // The plan adds into its destination: start from zeros (one run).
     Value bytes = e.i64(resultBytes);
-    launchRow(kernels.get(KernelKind::Zero, /*outer=*/0, 1, Type()),
+    launchRow(lowering.kernels.get(KernelKind::Zero, /*outer=*/0, 1, Type()),
               resultAddress, resultAddress, bytes, {}, bytes);
   }
-
-  auto runCopies = [&](Value begin, Value end) {
-    if (!copies)
-      return;
-    e.loop(begin, end, [&](Value row) {
-      auto column = [&](int64_t c) {
-        return e.load(copies, {row, e.index(c)});
-      };
-      Value kind = column(kKind);
-      Value srcOffset = column(kSrcOffset), dstOffset = column(kDstOffset);
-      Value from = e.add(baseOf(column(kSrcSpace)), srcOffset);
-      Value to = e.add(baseOf(column(kDstSpace)), dstOffset);
-      Value runBytes = column(kRunBytes);
-      SmallVector<Value> loops;
-      Value runs = e.i64(1);
-      for (int64_t c = 0; c < 3 * outer; ++c)
-        loops.push_back(column(kFixedCopyColumns + c));
-      for (int64_t d = 0; d < outer; ++d)
-        runs = e.mul(runs, loops[d]);
-      auto launchUnits = [&](KernelKind kernelKind, int64_t unitBytes,
-                             Type type) {
-        Value runUnits =
-            arith::DivSIOp::create(builder, loc, runBytes, e.i64(unitBytes));
-        launchRow(kernels.get(kernelKind, outer, unitBytes, type), from, to,
-                  runUnits, loops, e.mul(runs, runUnits));
-      };
-      auto copyRow = [&]() {
-        // 16-byte units where every offset, stride and the run allow it.
-        Value bits = arith::OrIOp::create(builder, loc, from, to);
-        bits = arith::OrIOp::create(builder, loc, bits, runBytes);
-        for (int64_t c = outer; c < 3 * outer; ++c)
-          bits = arith::OrIOp::create(builder, loc, bits, loops[c]);
-        Value aligned =
-            e.eq(arith::AndIOp::create(builder, loc, bits, e.i64(15)), 0);
-        e.ifThenElse(
-            aligned, [&]() { launchUnits(KernelKind::Copy, 16, Type()); },
-            [&]() { launchUnits(KernelKind::Copy, 1, Type()); });
-      };
-      if (!plan.hasAccumulate && !plan.hasZero)
-        return copyRow();
-      e.ifThenElse(e.eq(kind, 0), copyRow, [&]() {
-        auto zero = [&]() { launchUnits(KernelKind::Zero, 1, Type()); };
-        auto add = [&]() {
-          launchUnits(KernelKind::Accumulate, elementBytesOf(element), element);
-        };
-        if (!plan.hasAccumulate)
-          return zero();
-        if (!plan.hasZero)
-          return add();
-        e.ifThenElse(e.eq(kind, 2), zero, add);
-      });
-    });
-  };
-
-  for (auto [index, method] : llvm::enumerate(schedule.segments)) {
-    Value rangeRow = arith::AddIOp::create(
-        builder, loc, e.index(index * plan.numBlocks), block);
-    auto range = [&](int64_t c) {
-      return e.toIndex(e.load(ranges, {rangeRow, e.index(c)}));
-    };
-    auto callerGroup = [&]() {
-      return e.group(ranges, rangeRow, members, device, groupBuffer);
-    };
-    runCopies(range(kBeforeBegin), range(kBeforeEnd));
-    if (comms) {
-      Value begin = range(kCommBegin), end = range(kCommEnd);
-      auto commColumn = [&](Value row, int64_t c) {
-        return e.load(comms, {row, e.index(c)});
-      };
-      auto rankOf = [&](Value row) {
-        return arith::TruncIOp::create(builder, loc, i32Type,
-                                       commColumn(row, kPeerRank))
-            .getResult();
-      };
-      Value uint8 =
-          arith::ConstantIntOp::create(builder, loc, nccl_abi::kUint8, 32);
-      if (method == planner::SegmentMethod::SendRecv) {
-        Value any = arith::CmpIOp::create(
-            builder, loc, arith::CmpIPredicate::slt, begin, end);
-        e.ifThenElse(any, [&]() {
-          call(groupStart, {});
-          e.loop(begin, end, [&](Value row) {
-            Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
-                                       commColumn(row, kStagingOffset)));
-            Value bytes = commColumn(row, kBytes);
-            // Send/recv ranks are relative to the caller's position.
-            Value rank = arith::TruncIOp::create(
-                builder, loc, i32Type,
-                e.add(e.toI64(position), commColumn(row, kPeerRank)));
-            e.ifThenElse(
-                e.eq(commColumn(row, kCommKind), 0),
-                [&]() {
-                  checkNccl(
-                      builder, loc,
-                      call(sendFn, {at, bytes, uint8, rank, worldComm, stream})
-                          .getResult(),
-                      worldComm, "ncclSend");
-                },
-                [&]() {
-                  checkNccl(
-                      builder, loc,
-                      call(recvFn, {at, bytes, uint8, rank, worldComm, stream})
-                          .getResult(),
-                      worldComm, "ncclRecv");
-                });
-          });
-          checkNccl(builder, loc, call(groupEnd, {}).getResult(), worldComm,
-                    "ncclGroupEnd");
-        });
-      } else if (method == planner::SegmentMethod::Broadcast) {
-        Value group, numMembers;
-        std::tie(group, numMembers) = callerGroup();
-        e.loop(begin, end, [&](Value row) {
-          Value comm =
-              call(commFn, {runtime, device, group, numMembers}).getResult();
-          Value at = e.pointer(e.add(baseOf(commColumn(row, kSpace)),
-                                     commColumn(row, kStagingOffset)));
-          checkNccl(builder, loc,
-                    call(broadcastFn, {at, at, commColumn(row, kBytes), uint8,
-                                       rankOf(row), comm, stream})
-                        .getResult(),
-                    comm, "ncclBroadcast");
-        });
-      } else if (isCollective(method)) {
-        // NCCL's in-place forms on the members' communicator: the rank
-        // column is the caller's index among the members. All-gather moves
-        // bytes; sums use the element type.
-        Value group, numMembers;
-        std::tie(group, numMembers) = callerGroup();
-        Value dtype = arith::ConstantIntOp::create(
-            builder, loc, ncclSumDtype(element).value_or(-1), 32);
-        Value sum =
-            arith::ConstantIntOp::create(builder, loc, nccl_abi::kSum, 32);
-        e.loop(begin, end, [&](Value row) {
-          Value comm =
-              call(commFn, {runtime, device, group, numMembers}).getResult();
-          Value at = e.add(baseOf(commColumn(row, kSpace)),
-                           commColumn(row, kStagingOffset));
-          Value bytes = commColumn(row, kBytes);
-          Value own = e.add(at, e.mul(commColumn(row, kPeerRank), bytes));
-          Value count = arith::DivSIOp::create(builder, loc, bytes,
-                                               e.i64(schedule.elementBytes));
-          switch (method) {
-          case planner::SegmentMethod::AllGather:
-            checkNccl(builder, loc,
-                      call(allGatherFn, {e.pointer(own), e.pointer(at), bytes,
-                                         uint8, comm, stream})
-                          .getResult(),
-                      comm, "ncclAllGather");
-            break;
-          case planner::SegmentMethod::AllReduce:
-            checkNccl(builder, loc,
-                      call(allReduceFn, {e.pointer(at), e.pointer(at), count,
-                                         dtype, sum, comm, stream})
-                          .getResult(),
-                      comm, "ncclAllReduce");
-            break;
-          default:
-            checkNccl(builder, loc,
-                      call(reduceScatterFn, {e.pointer(at), e.pointer(own),
-                                             count, dtype, sum, comm, stream})
-                          .getResult(),
-                      comm, "ncclReduceScatter");
-            break;
-          }
-        });
-      }
-    }
-    runCopies(range(kAfterBegin), range(kAfterEnd));
-  }
-  call(release, {runtime, device, staging});
+  emitSegments();
+  call(RuntimeFunction::DeviceFree, {runtime, device, staging});
   if (scratch)
-    call(release, {runtime, device, scratch});
-  return success();
+    call(RuntimeFunction::DeviceFree, {runtime, device, scratch});
 }
 
-LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
-  MLIRContext *context = function.getContext();
-  Type ptrType = LLVM::LLVMPointerType::get(context);
-  Type i64Type = IntegerType::get(context, 64);
-  Block &body = function.getBody().front();
-  auto ret = cast<func::ReturnOp>(body.getTerminator());
-  // Besides exchanges the CUDA target places data, it does not compute:
-  // dense constants (a fill kernel for a splat, an upload otherwise), a
-  // tensor.empty filled by linalg.fill of a constant scalar, and reshapes
-  // (expand_shape, collapse_shape: row-major tiles, so the same bytes).
-  // Partitioning slices a constant that is not a splat at offsets it reads
-  // from a table of index constants, indexed by the device's position.
-  auto isOffsetTable = [](Value value) {
-    auto constant = value.getDefiningOp<arith::ConstantOp>();
-    auto type = dyn_cast<RankedTensorType>(value.getType());
-    return constant && type && type.getElementType().isIndex() &&
-           isa<DenseIntElementsAttr>(constant.getValue());
-  };
-  auto isTableRead = [&](Operation *op) {
-    auto extract = dyn_cast_or_null<tensor::ExtractOp>(op);
-    return extract && isOffsetTable(extract.getTensor());
-  };
-  auto placesData = [&](Operation &op) -> bool {
-    if (isa<ExchangeOp, func::ReturnOp, tensor::ExpandShapeOp,
-            tensor::CollapseShapeOp>(op))
-      return true;
-    auto elementOk = [](Type type) {
-      auto shaped = dyn_cast<RankedTensorType>(type);
-      Type element = shaped ? shaped.getElementType() : type;
-      return element.isIntOrFloat();
-    };
-    if (auto extract = dyn_cast<tensor::ExtractOp>(op))
-      return isTableRead(&op) &&
-             llvm::all_of(extract.getIndices(), [&](Value index) {
-               return index == function.getArgument(2) ||
-                      index.getDefiningOp<arith::ConstantIndexOp>();
-             });
-    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
-      auto constant = slice.getSource().getDefiningOp<arith::ConstantOp>();
-      return constant && isa<DenseIntOrFPElementsAttr>(constant.getValue()) &&
-             slice.hasUnitStride() && slice.getType().hasStaticShape() &&
-             slice.getSourceType().getRank() == slice.getType().getRank() &&
-             llvm::all_of(slice.getOffsets(), [&](Value offset) {
-               return isTableRead(offset.getDefiningOp()) ||
-                      offset.getDefiningOp<arith::ConstantIndexOp>();
-             });
-    }
-    if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
-      if (isOffsetTable(constant.getResult()))
-        return llvm::all_of(constant->getUsers(), isTableRead);
-      if (isa<RankedTensorType>(constant.getType()))
-        return isa<DenseIntOrFPElementsAttr>(constant.getValue()) &&
-               elementOk(constant.getType());
-      // A scalar only as the value of a fill, or an index into a table.
-      return llvm::all_of(constant->getUses(), [&](OpOperand &use) {
-        auto fill = dyn_cast<linalg::FillOp>(use.getOwner());
-        if (fill)
-          return use.getOperandNumber() == 0 && elementOk(constant.getType());
-        return constant.getType().isIndex() &&
-               (isTableRead(use.getOwner()) ||
-                isa<tensor::ExtractSliceOp>(use.getOwner()));
-      });
-    }
+/// A constant table of index offsets (partition's tile offsets per
+/// position).
+bool isOffsetTable(Value value) {
+  auto constant = value.getDefiningOp<arith::ConstantOp>();
+  auto type = dyn_cast<RankedTensorType>(value.getType());
+  return constant && type && type.getElementType().isIndex() &&
+         isa<DenseIntElementsAttr>(constant.getValue());
+}
+
+bool isTableRead(Operation *op) {
+  auto extract = dyn_cast_or_null<tensor::ExtractOp>(op);
+  return extract && isOffsetTable(extract.getTensor());
+}
+
+bool isPlaceableElement(Type type) {
+  auto shaped = dyn_cast<RankedTensorType>(type);
+  Type element = shaped ? shaped.getElementType() : type;
+  return element.isIntOrFloat();
+}
+
+/// A scalar constant used only as the value of a fill, or as an index into
+/// a table.
+bool placesScalar(arith::ConstantOp constant) {
+  return llvm::all_of(constant->getUses(), [&](OpOperand &use) {
+    if (isa<linalg::FillOp>(use.getOwner()))
+      return use.getOperandNumber() == 0 &&
+             isPlaceableElement(constant.getType());
+    return constant.getType().isIndex() &&
+           (isTableRead(use.getOwner()) ||
+            isa<tensor::ExtractSliceOp>(use.getOwner()));
+  });
+}
+
+/// Whether `op` only places data, which is what the CUDA target lowers:
+/// exchanges, dense constants (a fill kernel for a splat, an upload
+/// otherwise), a tensor.empty filled by linalg.fill of a constant scalar,
+/// reshapes (row-major tiles, so the same bytes), and the slices of a
+/// constant at offsets read from partition's tables by the position.
+bool placesData(Operation &op, Value position) {
+  if (isa<ExchangeOp, func::ReturnOp, tensor::ExpandShapeOp,
+          tensor::CollapseShapeOp>(op))
+    return true;
+  if (auto extract = dyn_cast<tensor::ExtractOp>(op))
+    return isTableRead(&op) &&
+           llvm::all_of(extract.getIndices(), [&](Value index) {
+             return index == position ||
+                    index.getDefiningOp<arith::ConstantIndexOp>();
+           });
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+    auto constant = slice.getSource().getDefiningOp<arith::ConstantOp>();
+    return constant && isa<DenseIntOrFPElementsAttr>(constant.getValue()) &&
+           slice.hasUnitStride() && slice.getType().hasStaticShape() &&
+           slice.getSourceType().getRank() == slice.getType().getRank() &&
+           llvm::all_of(slice.getOffsets(), [&](Value offset) {
+             return isTableRead(offset.getDefiningOp()) ||
+                    offset.getDefiningOp<arith::ConstantIndexOp>();
+           });
+  }
+  if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
+    if (isOffsetTable(constant.getResult()))
+      return llvm::all_of(constant->getUsers(), isTableRead);
+    if (isa<RankedTensorType>(constant.getType()))
+      return isa<DenseIntOrFPElementsAttr>(constant.getValue()) &&
+             isPlaceableElement(constant.getType());
+    return placesScalar(constant);
+  }
+  if (auto empty = dyn_cast<tensor::EmptyOp>(op)) {
     // A tile with no elements (the device holds nothing of the value) has
     // nothing to place, whoever uses it.
-    if (auto empty = dyn_cast<tensor::EmptyOp>(op);
-        empty && empty.getType().hasStaticShape() &&
+    if (empty.getType().hasStaticShape() &&
         empty.getType().getNumElements() == 0)
       return true;
-    if (auto empty = dyn_cast<tensor::EmptyOp>(op))
-      return llvm::all_of(empty->getUses(), [](OpOperand &use) {
-        auto fill = dyn_cast<linalg::FillOp>(use.getOwner());
-        return fill && use.getOperandNumber() == 1;
-      });
-    if (auto fill = dyn_cast<linalg::FillOp>(op))
-      return fill.getNumResults() == 1 &&
-             fill.getInputs()[0].getDefiningOp<arith::ConstantOp>() &&
-             fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() &&
-             elementOk(fill.getResult(0).getType());
-    return false;
-  };
+    return llvm::all_of(empty->getUses(), [](OpOperand &use) {
+      return isa<linalg::FillOp>(use.getOwner()) && use.getOperandNumber() == 1;
+    });
+  }
+  if (auto fill = dyn_cast<linalg::FillOp>(op))
+    return fill.getNumResults() == 1 &&
+           fill.getInputs()[0].getDefiningOp<arith::ConstantOp>() &&
+           fill.getOutputs()[0].getDefiningOp<tensor::EmptyOp>() &&
+           isPlaceableElement(fill.getResult(0).getType());
+  return false;
+}
+
+/// Inputs and results cross the host function as device pointers to
+/// row-major tiles, so each must be a tensor of a fixed size in bytes.
+/// Anything else (a scalar, an index, a memref, a vector) has no place in
+/// that signature; the caller would pass or receive the wrong thing.
+LogicalResult checkLowerable(func::FuncOp function) {
   if (function.getNumArguments() < 3)
     return function.emitError() << "is not a partitioned function";
-  // Inputs and results cross the host function as device pointers to
-  // row-major tiles, so each must be a tensor of a fixed size in bytes.
-  // Anything else (a scalar, an index, a memref, a vector) has no place in
-  // that signature; the caller would pass or receive the wrong thing.
   auto isDeviceBuffer = [](Type type) {
     auto tensor = dyn_cast<RankedTensorType>(type);
     return tensor && tensor.hasStaticShape() &&
@@ -779,43 +757,62 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
   for (auto [i, type] : llvm::enumerate(function.getResultTypes()))
     if (!isDeviceBuffer(type))
       return refuseBoundary("result", i, type);
-  for (Operation &op : body)
-    if (!placesData(op))
+  for (Operation &op : function.getBody().front())
+    if (!placesData(op, function.getArgument(2)))
       return op.emitError()
              << "cannot be lowered to CUDA: the cuda target moves and places "
                 "data (exchanges, dense constants, fills of a constant, "
                 "reshapes) but has no kernels for computation yet";
+  return success();
+}
 
+Value CudaLowering::destinationOf(Value result, int64_t bytes,
+                                  HostFunction &host, OpBuilder &builder) {
+  Value dst;
+  if (result.hasOneUse() && result.getUses().begin()->getOwner() == host.ret) {
+    unsigned index = result.getUses().begin()->getOperandNumber();
+    dst = host.outPointer(index);
+    host.written.insert(index);
+  } else {
+    Emitter e(builder, result.getLoc());
+    dst = call(builder, result.getLoc(), RuntimeFunction::DeviceAlloc,
+               {runtime, device, e.i64(bytes)});
+    host.temporaries.push_back(dst);
+  }
+  host.pointerOf[result] = dst;
+  return dst;
+}
+
+int64_t bytesOf(Value value) {
+  auto type = cast<RankedTensorType>(value.getType());
+  return byteSize(type, elementBytesOf(type.getElementType()));
+}
+
+void CudaLowering::beginHost(HostFunction &host, OpBuilder &builder) {
+  func::FuncOp function = host.function;
+  MLIRContext *context = function.getContext();
+  Type ptrType = LLVM::LLVMPointerType::get(context);
   // (runtime, device, position, input pointers..., result pointers...).
-  SmallVector<Type> args = {ptrType, i64Type, IndexType::get(context)};
-  unsigned numInputs = function.getNumArguments() - 3;
-  unsigned numResults = function.getNumResults();
-  for (unsigned i = 0; i < numInputs + numResults; ++i)
+  SmallVector<Type> args = {ptrType, IntegerType::get(context, 64),
+                            IndexType::get(context)};
+  host.numInputs = function.getNumArguments() - 3;
+  for (unsigned i = 0; i < host.numInputs + function.getNumResults(); ++i)
     args.push_back(ptrType);
-  OpBuilder builder(function);
-  auto host =
+  builder.setInsertionPoint(function);
+  host.host =
       func::FuncOp::create(builder, function.getLoc(), function.getSymName(),
                            builder.getFunctionType(args, {}));
-  host.setVisibility(function.getVisibility());
+  host.host.setVisibility(function.getVisibility());
   for (NamedAttribute attr : function->getDiscardableAttrs())
-    host->setAttr(attr.getName(), attr.getValue());
-  Block *entry = host.addEntryBlock();
-  builder.setInsertionPointToStart(entry);
+    host.host->setAttr(attr.getName(), attr.getValue());
+  host.entry = host.host.addEntryBlock();
+  builder.setInsertionPointToStart(host.entry);
   Location loc = function.getLoc();
   Emitter e(builder, loc);
-  runtime = entry->getArgument(0);
-  device = entry->getArgument(1);
-  position = entry->getArgument(2);
-
-  LLVM::LLVMFuncOp streamFn = fn(RuntimeFunction::CudaStream);
-  LLVM::LLVMFuncOp commFn = fn(RuntimeFunction::NcclComm);
-  LLVM::LLVMFuncOp alloc = fn(RuntimeFunction::DeviceAlloc);
-  LLVM::LLVMFuncOp release = fn(RuntimeFunction::DeviceFree);
-  LLVM::LLVMFuncOp copy = fn(RuntimeFunction::DeviceCopy);
-  LLVM::LLVMFuncOp synchronize = fn(RuntimeFunction::DeviceSynchronize);
-  stream =
-      LLVM::CallOp::create(builder, loc, streamFn, ValueRange{runtime, device})
-          .getResult();
+  runtime = host.entry->getArgument(0);
+  device = host.entry->getArgument(1);
+  position = host.entry->getArgument(2);
+  stream = call(builder, loc, RuntimeFunction::CudaStream, {runtime, device});
   // Launches depend on the device's stream: gpu-to-llvm turns an async
   // token into the stream it stands for, so kernels run in order with the
   // NCCL calls on that stream.
@@ -823,212 +820,222 @@ LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
                     builder, loc, gpu::AsyncTokenType::get(context), stream)
                     .getResult(0);
   // The world communicator: ranks are positions in the program's devices.
-  const std::vector<int64_t> &devices = tables.devicesOf(&body.front());
+  const std::vector<int64_t> &devices =
+      tables.devicesOf(&function.getBody().front().front());
+  auto count = static_cast<int64_t>(devices.size());
   std::string devicesTable = tables.addGlobal(
-      ("__polymesh_" + function.getSymName() + "_devices").str(),
-      {static_cast<int64_t>(devices.size())}, devices);
-  Value devicesPointer = e.pointer(e.address(
-      e.global(devicesTable, {static_cast<int64_t>(devices.size())})));
-  worldComm = LLVM::CallOp::create(builder, loc, commFn,
-                                   ValueRange{runtime, device, devicesPointer,
-                                              e.i64(devices.size())})
-                  .getResult();
+      ("__polymesh_" + function.getSymName() + "_devices").str(), {count},
+      devices);
+  Value devicesPointer = e.pointer(e.address(e.global(devicesTable, {count})));
+  worldComm = call(builder, loc, RuntimeFunction::NcclComm,
+                   {runtime, device, devicesPointer, e.i64(count)});
+  for (unsigned i = 0; i < host.numInputs; ++i)
+    host.pointerOf[function.getArgument(3 + i)] =
+        host.entry->getArgument(3 + i);
+}
 
-  llvm::DenseMap<Value, Value> pointerOf;
-  for (unsigned i = 0; i < numInputs; ++i)
-    pointerOf[function.getArgument(3 + i)] = entry->getArgument(3 + i);
-  auto outPointer = [&](unsigned result) {
-    return entry->getArgument(3 + numInputs + result);
-  };
-  SmallVector<Value> temporaries;
-  llvm::DenseSet<unsigned> written;
-  // Where `result` is made: straight in the caller's buffer when it is
-  // returned once and used nowhere else, else in a temporary.
-  auto destinationOf = [&](Value result, int64_t bytes) {
-    Value dst;
-    if (result.hasOneUse() && result.getUses().begin()->getOwner() == ret) {
-      unsigned index = result.getUses().begin()->getOperandNumber();
-      dst = outPointer(index);
-      written.insert(index);
-    } else {
-      dst = LLVM::CallOp::create(builder, loc, alloc,
-                                 ValueRange{runtime, device, e.i64(bytes)})
-                .getResult();
-      temporaries.push_back(dst);
-    }
-    pointerOf[result] = dst;
-    return dst;
-  };
-  auto bytesOf = [](Value value) {
-    auto type = cast<RankedTensorType>(value.getType());
-    return byteSize(type, elementBytesOf(type.getElementType()));
-  };
-  // Table reads (i64 on the host) and the tables' globals.
-  llvm::DenseMap<Value, Value> scalarOf;
-  llvm::DenseMap<Value, std::pair<std::string, SmallVector<int64_t>>> tableOf;
-  for (Operation &op : body) {
-    if (auto constant = dyn_cast<arith::ConstantOp>(op);
-        constant && isOffsetTable(constant.getResult())) {
-      auto type = cast<RankedTensorType>(constant.getType());
-      SmallVector<int64_t> values;
-      for (const APInt &value :
-           cast<DenseIntElementsAttr>(constant.getValue()).getValues<APInt>())
-        values.push_back(value.getSExtValue());
-      std::string name = tables.addGlobal((function.getSymName() + "__offsets" +
-                                           std::to_string(constantCount++))
-                                              .str(),
-                                          type.getShape(), values);
-      tableOf[constant.getResult()] = {name,
-                                       SmallVector<int64_t>(type.getShape())};
-      continue;
-    }
-    if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
-      const auto &[name, shape] = tableOf.lookup(extract.getTensor());
-      SmallVector<Value> indices;
-      for (Value index : extract.getIndices())
-        indices.push_back(
-            index == function.getArgument(2)
-                ? position
-                : e.index(
-                      index.getDefiningOp<arith::ConstantIndexOp>().value()));
-      scalarOf[extract.getResult()] = e.load(e.global(name, shape), indices);
-      continue;
-    }
-    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
-      // A strided copy of the box out of the constant's device copy.
-      Value result = slice.getResult();
-      int64_t bytes = bytesOf(result);
-      Value dst = destinationOf(result, bytes);
-      if (bytes == 0)
-        continue;
-      RankedTensorType sourceType = slice.getSourceType();
-      int64_t elementBytes = elementBytesOf(sourceType.getElementType());
-      int64_t rank = sourceType.getRank();
-      SmallVector<int64_t> srcStrides(rank, elementBytes),
-          dstStrides(rank, elementBytes);
-      for (int64_t d = rank - 2; d >= 0; --d) {
-        srcStrides[d] = srcStrides[d + 1] * sourceType.getDimSize(d + 1);
-        dstStrides[d] = dstStrides[d + 1] * slice.getType().getDimSize(d + 1);
-      }
-      Value from = LLVM::PtrToIntOp::create(builder, loc, i64Type,
-                                            pointerOf.lookup(slice.getSource()))
-                       .getResult();
-      for (auto [d, offset] : llvm::enumerate(slice.getMixedOffsets())) {
-        Value at;
-        if (auto value = dyn_cast<Value>(offset))
-          at = scalarOf.count(value)
-                   ? scalarOf.lookup(value)
-                   : e.i64(
-                         value.getDefiningOp<arith::ConstantIndexOp>().value());
-        else
-          at = e.i64(cast<IntegerAttr>(cast<Attribute>(offset)).getInt());
-        from = e.add(from, e.mul(at, e.i64(srcStrides[d])));
-      }
-      int64_t outer = std::max<int64_t>(rank - 1, 0);
-      int64_t runUnits =
-          (rank == 0 ? 1 : slice.getType().getDimSize(rank - 1)) * elementBytes;
-      SmallVector<Value> args = {e.pointer(from), dst, e.i64(runUnits)};
-      for (int64_t d = 0; d < outer; ++d)
-        args.push_back(e.i64(slice.getType().getDimSize(d)));
-      for (int64_t d = 0; d < outer; ++d)
-        args.push_back(e.i64(srcStrides[d]));
-      for (int64_t d = 0; d < outer; ++d)
-        args.push_back(e.i64(dstStrides[d]));
-      args.push_back(e.i64(bytes));
-      launch(builder, loc,
-             kernels.get(KernelKind::Copy, outer, /*unitBytes=*/1, Type()),
-             e.i64(bytes), args);
-      continue;
-    }
-    if (auto exchange = dyn_cast<ExchangeOp>(op)) {
-      Value result = exchange.getResult();
-      Value dst = destinationOf(result, bytesOf(result));
-      if (failed(lowerExchange(exchange, builder,
-                               pointerOf.lookup(exchange.getInput()), dst)))
-        return failure();
-      continue;
-    }
-    if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op)) {
-      pointerOf[op.getResult(0)] = pointerOf.lookup(op.getOperand(0));
-      continue;
-    }
-    // A tile without elements (partition's stand-in for an op the device
-    // does not run) still needs a pointer for the exchanges and returns
-    // that name it.
-    if (auto empty = dyn_cast<tensor::EmptyOp>(op);
-        empty && bytesOf(empty.getResult()) == 0) {
-      destinationOf(empty.getResult(), 0);
-      continue;
-    }
-    if (auto fillOp = dyn_cast<linalg::FillOp>(op)) {
-      Value result = fillOp.getResult(0);
-      auto type = cast<RankedTensorType>(result.getType());
-      auto value =
-          fillOp.getInputs()[0].getDefiningOp<arith::ConstantOp>().getValue();
-      fill(builder, loc, destinationOf(result, bytesOf(result)),
-           bytesOf(result), elementBytesOf(type.getElementType()),
-           bitsOf(value));
-      continue;
-    }
-    auto constant = dyn_cast<arith::ConstantOp>(op);
-    if (!constant || !isa<RankedTensorType>(constant.getType()))
-      continue;
-    Value result = constant.getResult();
-    auto dense = cast<DenseIntOrFPElementsAttr>(constant.getValue());
-    int64_t elementBytes = elementBytesOf(dense.getElementType());
-    int64_t bytes = bytesOf(result);
-    Value dst = destinationOf(result, bytes);
-    if (bytes == 0)
-      continue;
-    if (dense.isSplat()) {
-      fill(builder, loc, dst, bytes, elementBytes,
-           bitsOf(dense.getSplatValue<Attribute>()));
-      continue;
-    }
-    // The elements in memory order, uploaded from a host constant.
-    std::string image;
-    image.reserve(bytes);
-    for (Attribute element : dense.getValues<Attribute>()) {
-      uint64_t bits = bitsOf(element);
-      for (int64_t b = 0; b < elementBytes; ++b)
-        image.push_back(static_cast<char>((bits >> (8 * b)) & 0xff));
-    }
-    std::string name;
-    {
-      OpBuilder::InsertionGuard guard(builder);
-      builder.setInsertionPointToStart(module.getBody());
-      name = (function.getSymName() + "__constant" +
-              std::to_string(constantCount++))
-                 .str();
-      LLVM::GlobalOp::create(
-          builder, loc, LLVM::LLVMArrayType::get(builder.getI8Type(), bytes),
-          /*isConstant=*/true, LLVM::Linkage::Private, name,
-          builder.getStringAttr(image));
-    }
-    LLVM::LLVMFuncOp upload = fn(RuntimeFunction::DeviceUpload);
-    Value source = LLVM::AddressOfOp::create(builder, loc, ptrType, name);
-    LLVM::CallOp::create(
-        builder, loc, upload,
-        ValueRange{runtime, device, dst, source, e.i64(bytes)});
+void CudaLowering::lowerOffsetTable(arith::ConstantOp constant,
+                                    HostFunction &host) {
+  auto type = cast<RankedTensorType>(constant.getType());
+  SmallVector<int64_t> values;
+  for (const APInt &value :
+       cast<DenseIntElementsAttr>(constant.getValue()).getValues<APInt>())
+    values.push_back(value.getSExtValue());
+  std::string name =
+      tables.addGlobal((host.function.getSymName() + "__offsets" +
+                        std::to_string(constantCount++))
+                           .str(),
+                       type.getShape(), values);
+  host.tableOf[constant.getResult()] = {name,
+                                        SmallVector<int64_t>(type.getShape())};
+}
+
+void CudaLowering::lowerTableRead(tensor::ExtractOp extract, HostFunction &host,
+                                  OpBuilder &builder) {
+  Emitter e(builder, extract.getLoc());
+  const auto &[name, shape] = host.tableOf.lookup(extract.getTensor());
+  SmallVector<Value> indices;
+  for (Value index : extract.getIndices())
+    indices.push_back(
+        index == host.function.getArgument(2)
+            ? position
+            : e.index(index.getDefiningOp<arith::ConstantIndexOp>().value()));
+  host.scalarOf[extract.getResult()] = e.load(e.global(name, shape), indices);
+}
+
+/// A strided copy of the box out of the constant's device copy.
+void CudaLowering::lowerSlice(tensor::ExtractSliceOp slice, HostFunction &host,
+                              OpBuilder &builder) {
+  Location loc = slice.getLoc();
+  Emitter e(builder, loc);
+  Value result = slice.getResult();
+  int64_t bytes = bytesOf(result);
+  Value dst = destinationOf(result, bytes, host, builder);
+  if (bytes == 0)
+    return;
+  RankedTensorType sourceType = slice.getSourceType();
+  int64_t elementBytes = elementBytesOf(sourceType.getElementType());
+  int64_t rank = sourceType.getRank();
+  SmallVector<int64_t> srcStrides(rank, elementBytes),
+      dstStrides(rank, elementBytes);
+  for (int64_t d = rank - 2; d >= 0; --d) {
+    srcStrides[d] = srcStrides[d + 1] * sourceType.getDimSize(d + 1);
+    dstStrides[d] = dstStrides[d + 1] * slice.getType().getDimSize(d + 1);
   }
-  for (auto [index, value] : llvm::enumerate(ret.getOperands())) {
-    if (written.count(index))
-      continue;
-    auto type = cast<RankedTensorType>(value.getType());
-    int64_t bytes = byteSize(type, elementBytesOf(type.getElementType()));
-    if (bytes > 0)
-      LLVM::CallOp::create(builder, loc, copy,
-                           ValueRange{runtime, device, outPointer(index),
-                                      pointerOf.lookup(value), e.i64(bytes)});
+  Value from =
+      LLVM::PtrToIntOp::create(builder, loc, builder.getI64Type(),
+                               host.pointerOf.lookup(slice.getSource()))
+          .getResult();
+  for (auto [d, offset] : llvm::enumerate(slice.getMixedOffsets())) {
+    Value at;
+    if (auto value = dyn_cast<Value>(offset))
+      at = host.scalarOf.count(value)
+               ? host.scalarOf.lookup(value)
+               : e.i64(value.getDefiningOp<arith::ConstantIndexOp>().value());
+    else
+      at = e.i64(cast<IntegerAttr>(cast<Attribute>(offset)).getInt());
+    from = e.add(from, e.mul(at, e.i64(srcStrides[d])));
+  }
+  int64_t outer = std::max<int64_t>(rank - 1, 0);
+  int64_t runUnits =
+      (rank == 0 ? 1 : slice.getType().getDimSize(rank - 1)) * elementBytes;
+  SmallVector<Value> args = {e.pointer(from), dst, e.i64(runUnits)};
+  for (int64_t d = 0; d < outer; ++d)
+    args.push_back(e.i64(slice.getType().getDimSize(d)));
+  for (int64_t d = 0; d < outer; ++d)
+    args.push_back(e.i64(srcStrides[d]));
+  for (int64_t d = 0; d < outer; ++d)
+    args.push_back(e.i64(dstStrides[d]));
+  args.push_back(e.i64(bytes));
+  launch(builder, loc,
+         kernels.get(KernelKind::Copy, outer, /*unitBytes=*/1, Type()),
+         e.i64(bytes), args);
+}
+
+/// A dense tensor constant: a fill kernel for a splat, else its elements in
+/// memory order, uploaded from a host constant.
+void CudaLowering::lowerDenseConstant(arith::ConstantOp constant,
+                                      HostFunction &host, OpBuilder &builder) {
+  Location loc = constant.getLoc();
+  Emitter e(builder, loc);
+  Value result = constant.getResult();
+  auto dense = cast<DenseIntOrFPElementsAttr>(constant.getValue());
+  int64_t elementBytes = elementBytesOf(dense.getElementType());
+  int64_t bytes = bytesOf(result);
+  Value dst = destinationOf(result, bytes, host, builder);
+  if (bytes == 0)
+    return;
+  if (dense.isSplat())
+    return fill(builder, loc, dst, bytes, elementBytes,
+                bitsOf(dense.getSplatValue<Attribute>()));
+  std::string image;
+  image.reserve(bytes);
+  for (Attribute element : dense.getValues<Attribute>()) {
+    uint64_t bits = bitsOf(element);
+    for (int64_t i = 0; i < elementBytes; ++i)
+      image.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+  }
+  std::string name = (host.function.getSymName() + "__constant" +
+                      std::to_string(constantCount++))
+                         .str();
+  {
+    OpBuilder::InsertionGuard guard(builder);
+    builder.setInsertionPointToStart(module.getBody());
+    LLVM::GlobalOp::create(builder, loc,
+                           LLVM::LLVMArrayType::get(builder.getI8Type(), bytes),
+                           /*isConstant=*/true, LLVM::Linkage::Private, name,
+                           builder.getStringAttr(image));
+  }
+  Value source = LLVM::AddressOfOp::create(
+      builder, loc, LLVM::LLVMPointerType::get(builder.getContext()), name);
+  call(builder, loc, RuntimeFunction::DeviceUpload,
+       {runtime, device, dst, source, e.i64(bytes)});
+}
+
+LogicalResult CudaLowering::lowerOp(Operation &op, HostFunction &host,
+                                    OpBuilder &builder) {
+  if (auto constant = dyn_cast<arith::ConstantOp>(op)) {
+    if (isOffsetTable(constant.getResult()))
+      lowerOffsetTable(constant, host);
+    else if (isa<RankedTensorType>(constant.getType()))
+      lowerDenseConstant(constant, host, builder);
+    return success();
+  }
+  if (auto extract = dyn_cast<tensor::ExtractOp>(op)) {
+    lowerTableRead(extract, host, builder);
+    return success();
+  }
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+    lowerSlice(slice, host, builder);
+    return success();
+  }
+  if (auto exchange = dyn_cast<ExchangeOp>(op)) {
+    FailureOr<PlanTables *> plan = tables.tablesFor(exchange);
+    if (failed(plan))
+      return failure();
+    Value result = exchange.getResult();
+    Value dst = destinationOf(result, bytesOf(result), host, builder);
+    CudaExchangeEmitter(*this, exchange, **plan, builder)
+        .emit(host.pointerOf.lookup(exchange.getInput()), dst);
+    return success();
+  }
+  if (isa<tensor::ExpandShapeOp, tensor::CollapseShapeOp>(op)) {
+    host.pointerOf[op.getResult(0)] = host.pointerOf.lookup(op.getOperand(0));
+    return success();
+  }
+  // A tile without elements (partition's stand-in for an op the device
+  // does not run) still needs a pointer for the exchanges and returns
+  // that name it.
+  if (auto empty = dyn_cast<tensor::EmptyOp>(op);
+      empty && bytesOf(empty.getResult()) == 0) {
+    destinationOf(empty.getResult(), 0, host, builder);
+    return success();
+  }
+  if (auto fillOp = dyn_cast<linalg::FillOp>(op)) {
+    Value result = fillOp.getResult(0);
+    auto type = cast<RankedTensorType>(result.getType());
+    auto value =
+        fillOp.getInputs()[0].getDefiningOp<arith::ConstantOp>().getValue();
+    fill(builder, op.getLoc(),
+         destinationOf(result, bytesOf(result), host, builder), bytesOf(result),
+         elementBytesOf(type.getElementType()), bitsOf(value));
+  }
+  return success();
+}
+
+void CudaLowering::finishHost(HostFunction &host, OpBuilder &builder) {
+  Location loc = host.function.getLoc();
+  Emitter e(builder, loc);
+  for (auto [index, value] : llvm::enumerate(host.ret.getOperands())) {
+    int64_t bytes = bytesOf(value);
+    if (!host.written.count(index) && bytes > 0)
+      call(builder, loc, RuntimeFunction::DeviceCopy,
+           {runtime, device, host.outPointer(index),
+            host.pointerOf.lookup(value), e.i64(bytes)});
   }
   // Results are complete when the function returns.
-  LLVM::CallOp::create(builder, loc, synchronize, ValueRange{runtime, device});
-  for (Value temporary : temporaries)
-    LLVM::CallOp::create(builder, loc, release,
-                         ValueRange{runtime, device, temporary});
+  call(builder, loc, RuntimeFunction::DeviceSynchronize, {runtime, device});
+  for (Value temporary : host.temporaries)
+    call(builder, loc, RuntimeFunction::DeviceFree,
+         {runtime, device, temporary});
   func::ReturnOp::create(builder, loc);
-  host->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
-                builder.getUnitAttr());
+  host.host->setAttr(LLVM::LLVMDialect::getEmitCWrapperAttrName(),
+                     builder.getUnitAttr());
+}
+
+LogicalResult CudaLowering::lowerFunction(func::FuncOp function) {
+  if (failed(checkLowerable(function)))
+    return failure();
+  HostFunction host;
+  host.function = function;
+  Block &body = function.getBody().front();
+  host.ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder builder(function);
+  beginHost(host, builder);
+  for (Operation &op : body)
+    if (failed(lowerOp(op, host, builder)))
+      return failure();
+  finishHost(host, builder);
   function.erase();
   return success();
 }
