@@ -855,21 +855,64 @@ void assignHolders(std::vector<Item> &items, int64_t numHolders,
   }
 }
 
-absl::StatusOr<ReshardPhase>
-planReshardPhase(const TensorLayout &from, const TensorLayout &to,
-                 const UnreducedSplit &split, int64_t elementBytes,
-                 const DeviceIndex &index, PlanBudget &budget) {
-  ReshardPhase phase;
-  TileGrid src(from, split.kept), dst(to, split.kept);
-  int32_t numDense = index.size();
-  size_t rank = to.shape().size();
+/// Plans one reshard phase: which boxes each destination device needs,
+/// which holder sends each, merged into multi-destination transfers.
+class ReshardPhasePlanner {
+public:
+  ReshardPhasePlanner(const TensorLayout &from, const TensorLayout &to,
+                      const UnreducedSplit &split, int64_t elementBytes,
+                      const DeviceIndex &index, PlanBudget &budget)
+      : from(from), to(to), split(split), elementBytes(elementBytes),
+        index(index), budget(budget), src(from, split.kept),
+        dst(to, split.kept), rank(to.shape().size()) {}
 
-  // Source tiles: holders in mesh-position order, so the rank of a device
-  // among its tile's holders is the same for every tile (it is the device's
-  // coordinate over the replicating axes).
-  std::vector<std::vector<int64_t>> holders(src.numTiles());
-  std::vector<int64_t> sourceTile(numDense, -1);
-  std::vector<int32_t> replicaRank(numDense, -1);
+  absl::StatusOr<ReshardPhase> plan();
+
+private:
+  void indexSources();
+  absl::Status indexDestinations();
+  void computeLowerBound();
+  absl::Status countReceivers();
+  /// The source shards that overlap `box` in dimension d: [first, last].
+  std::pair<int64_t, int64_t> shardRange(const Box &box, size_t d) const {
+    return {
+        box.lo[d] / src.tileExtent[d],
+        std::min((box.hi[d] - 1) / src.tileExtent[d], src.numShards[d] - 1)};
+  }
+  absl::Status cutPieces();
+  absl::Status cutPiece(const std::vector<Needer> &need, int64_t srcTile,
+                        Box piece);
+  absl::Status mergeTransfers();
+
+  const TensorLayout &from, &to;
+  const UnreducedSplit &split;
+  int64_t elementBytes;
+  const DeviceIndex &index;
+  PlanBudget &budget;
+  TileGrid src, dst;
+  size_t rank;
+  ReshardPhase phase;
+  /// Per source tile: its holders in mesh-position order, so the rank of a
+  /// device among its tile's holders is the same for every tile (it is the
+  /// device's coordinate over the replicating axes).
+  std::vector<std::vector<int64_t>> holders;
+  /// By dense device number: its source tile and its rank among the
+  /// tile's holders (-1: none).
+  std::vector<int64_t> sourceTile;
+  std::vector<int32_t> replicaRank;
+  /// Per destination tile: the devices that need it (not zero-filled).
+  std::vector<std::vector<Needer>> needers;
+  /// Received pieces, and per source tile the needs they serve.
+  std::vector<Box> pieces;
+  std::vector<int64_t> pieceElements;
+  std::vector<std::vector<Item>> itemsOfTile;
+};
+
+void ReshardPhasePlanner::indexSources() {
+  int32_t numDense = index.size();
+  holders.assign(src.numTiles(), {});
+  sourceTile.assign(numDense, -1);
+  replicaRank.assign(numDense, -1);
   for (int64_t p = 0, e = from.numDevices(); p < e; ++p) {
     int64_t id = from.mesh().deviceAt(p);
     int32_t d = index.at(id);
@@ -878,8 +921,11 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
     replicaRank[d] = static_cast<int32_t>(holders[tile].size());
     holders[tile].push_back(id);
   }
+}
 
-  // Destination tiles, and the devices that get zeros instead of data.
+/// Destination tiles, and the devices that get zeros instead of data.
+absl::Status ReshardPhasePlanner::indexDestinations() {
+  int32_t numDense = index.size();
   std::vector<Digit> freshDigits;
   for (const AxisRef &ref : split.fresh)
     freshDigits.push_back(digitOf(to.mesh(), ref));
@@ -888,7 +934,7 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
     phase.destinationShardBox.push_back(dst.boxOfShard(shard));
   phase.destinationShard.assign(numDense, -1);
   phase.keepsLocal.assign(numDense, 0);
-  std::vector<std::vector<Needer>> needers(dst.numTiles());
+  needers.assign(dst.numTiles(), {});
   for (int64_t p = 0, e = to.numDevices(); p < e; ++p) {
     int64_t id = to.mesh().deviceAt(p);
     int32_t d = index.at(id);
@@ -910,9 +956,12 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
     phase.zeroFills.push_back(
         {id, {id}, box, box.numElements() * elementBytes});
   }
+  return absl::OkStatus();
+}
 
-  // Lower bound, from the layouts alone: every device must receive the part
-  // of its box it does not hold (holding the same partial).
+/// Lower bound, from the layouts alone: every device must receive the part
+/// of its box it does not hold (holding the same partial).
+void ReshardPhasePlanner::computeLowerBound() {
   for (int64_t tile = 0; tile < dst.numTiles(); ++tile) {
     const Box &box = phase.destinationShardBox[tile % dst.totalShards];
     int64_t key = tile / dst.totalShards;
@@ -923,14 +972,12 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
       phase.lowerBoundElements += box.numElements() - held;
     }
   }
+}
 
-  // Intersect each destination tile with the source tiles of the same key
-  // that overlap it: per dim a contiguous range of source shard indices.
-  // Items of one source tile come out grouped by piece, receivers in id
-  // order.
-  // Each needer of a destination tile receives (or copies) every piece of
-  // it: count them before making any. The transfers that carry received
-  // pieces are counted once they are merged.
+/// Each needer of a destination tile receives (or copies) every piece of
+/// it: counted before any is made. The transfers that carry received
+/// pieces are counted once they are merged.
+absl::Status ReshardPhasePlanner::countReceivers() {
   int64_t receivers = 0;
   for (int64_t tile = 0; tile < dst.numTiles(); ++tile) {
     const Box &box = phase.destinationShardBox[tile % dst.totalShards];
@@ -938,9 +985,7 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
       continue;
     int64_t numPieces = 1;
     for (size_t d = 0; d < rank; ++d) {
-      int64_t lo = box.lo[d] / src.tileExtent[d];
-      int64_t hi =
-          std::min((box.hi[d] - 1) / src.tileExtent[d], src.numShards[d] - 1);
+      auto [lo, hi] = shardRange(box, d);
       numPieces = saturatingMul(numPieces, hi - lo + 1);
     }
     receivers = saturatingAdd(
@@ -949,10 +994,40 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
   }
   if (!budget.add(0, receivers))
     return budget.error();
+  return absl::OkStatus();
+}
 
-  std::vector<Box> pieces;
-  std::vector<int64_t> pieceElements;
-  std::vector<std::vector<Item>> itemsOfTile(src.numTiles());
+/// One piece of a destination tile, in source tile `srcTile`: a local copy
+/// for a needer that holds it, an item (a need to be served) for the rest.
+absl::Status ReshardPhasePlanner::cutPiece(const std::vector<Needer> &need,
+                                           int64_t srcTile, Box piece) {
+  int64_t elements = piece.numElements();
+  if (elements <= 0)
+    return absl::OkStatus();
+  int32_t pieceId = static_cast<int32_t>(pieces.size());
+  std::vector<Item> &items = itemsOfTile[srcTile];
+  for (const Needer &needer : need) {
+    if (sourceTile[needer.dense] != srcTile) {
+      items.push_back({pieceId, 0, needer.dense, needer.id});
+      continue;
+    }
+    if (!budget.add(1, 0))
+      return budget.error();
+    phase.localCopies.push_back(
+        {needer.id, {needer.id}, piece, elements * elementBytes});
+    phase.keepsLocal[needer.dense] = 1;
+  }
+  pieces.push_back(std::move(piece));
+  pieceElements.push_back(elements);
+  return absl::OkStatus();
+}
+
+/// Intersects each destination tile with the source tiles of the same key
+/// that overlap it: per dim a contiguous range of source shard indices.
+/// Items of one source tile come out grouped by piece, receivers in id
+/// order.
+absl::Status ReshardPhasePlanner::cutPieces() {
+  itemsOfTile.assign(src.numTiles(), {});
   std::vector<int64_t> first(rank), last(rank), at(rank);
   for (int64_t tile = 0; tile < dst.numTiles(); ++tile) {
     std::vector<Needer> &need = needers[tile];
@@ -962,11 +1037,8 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
     std::sort(need.begin(), need.end(),
               [](const Needer &a, const Needer &b) { return a.id < b.id; });
     int64_t key = tile / dst.totalShards;
-    for (size_t d = 0; d < rank; ++d) {
-      first[d] = box.lo[d] / src.tileExtent[d];
-      last[d] =
-          std::min((box.hi[d] - 1) / src.tileExtent[d], src.numShards[d] - 1);
-    }
+    for (size_t d = 0; d < rank; ++d)
+      std::tie(first[d], last[d]) = shardRange(box, d);
     at = first;
     while (true) {
       int64_t shard = 0;
@@ -976,25 +1048,10 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
         piece.lo[d] = std::max(box.lo[d], src.lo(d, at[d]));
         piece.hi[d] = std::min(box.hi[d], src.hi(d, at[d]));
       }
-      int64_t srcTile = key * src.totalShards + shard;
-      int64_t elements = piece.numElements();
-      if (elements > 0) {
-        int32_t pieceId = static_cast<int32_t>(pieces.size());
-        std::vector<Item> &items = itemsOfTile[srcTile];
-        for (const Needer &needer : need) {
-          if (sourceTile[needer.dense] == srcTile) {
-            if (!budget.add(1, 0))
-              return budget.error();
-            phase.localCopies.push_back(
-                {needer.id, {needer.id}, piece, elements * elementBytes});
-            phase.keepsLocal[needer.dense] = 1;
-          } else {
-            items.push_back({pieceId, 0, needer.dense, needer.id});
-          }
-        }
-        pieces.push_back(std::move(piece));
-        pieceElements.push_back(elements);
-      }
+      if (absl::Status status =
+              cutPiece(need, key * src.totalShards + shard, std::move(piece));
+          !status.ok())
+        return status;
       size_t d = rank;
       while (d > 0 && ++at[d - 1] > last[d - 1]) {
         at[d - 1] = first[d - 1];
@@ -1004,9 +1061,12 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
         break;
     }
   }
+  return absl::OkStatus();
+}
 
-  // Choose senders, then merge the receivers of one piece from one sender
-  // into one (multi-destination) transfer.
+/// Chooses senders, then merges the receivers of one piece from one sender
+/// into one (multi-destination) transfer.
+absl::Status ReshardPhasePlanner::mergeTransfers() {
   size_t numTransfers = 0;
   for (int64_t tile = 0; tile < src.numTiles(); ++tile) {
     std::vector<Item> &items = itemsOfTile[tile];
@@ -1060,7 +1120,29 @@ planReshardPhase(const TensorLayout &from, const TensorLayout &to,
       begin = end;
     }
   }
-  return phase;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReshardPhase> ReshardPhasePlanner::plan() {
+  indexSources();
+  if (absl::Status status = indexDestinations(); !status.ok())
+    return status;
+  computeLowerBound();
+  if (absl::Status status = countReceivers(); !status.ok())
+    return status;
+  if (absl::Status status = cutPieces(); !status.ok())
+    return status;
+  if (absl::Status status = mergeTransfers(); !status.ok())
+    return status;
+  return std::move(phase);
+}
+
+absl::StatusOr<ReshardPhase>
+planReshardPhase(const TensorLayout &from, const TensorLayout &to,
+                 const UnreducedSplit &split, int64_t elementBytes,
+                 const DeviceIndex &index, PlanBudget &budget) {
+  return ReshardPhasePlanner(from, to, split, elementBytes, index, budget)
+      .plan();
 }
 
 //===----------------------------------------------------------------------===//
