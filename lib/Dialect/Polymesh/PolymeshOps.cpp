@@ -123,6 +123,221 @@ static void printTransferSteps(OpAsmPrinter &printer, Operation *,
   printer << "]";
 }
 
+namespace {
+
+/// Devices' tiles of one layout by device id, through maps built once:
+/// Mesh::positionOf scans the explicit ids, and once per sender and
+/// receiver that made verifying a plan over 2^20 devices take hours. Each
+/// device's tile is computed once: a pod's all-gather names every receiver
+/// of every sender, 240 times per device at 16 devices per group.
+class TileLookup {
+public:
+  explicit TileLookup(const planner::TensorLayout &layout) : layout(layout) {
+    if (!layout.mesh().deviceIds.empty())
+      for (int64_t p = 0, e = layout.numDevices(); p < e; ++p)
+        positions[layout.mesh().deviceAt(p)] = p;
+  }
+  /// Whether `device` has a tile that contains `box`.
+  bool holds(int64_t device, const planner::Box &box) {
+    auto [it, inserted] = tiles.try_emplace(device);
+    std::optional<planner::Box> &tile = it->second;
+    if (inserted && layout.mesh().deviceIds.empty()) {
+      if (device >= 0 && device < layout.numDevices())
+        tile = layout.boxAtPosition(device);
+    } else if (inserted) {
+      if (auto position = positions.find(device); position != positions.end())
+        tile = layout.boxAtPosition(position->second);
+    }
+    return tile && tile->encloses(box);
+  }
+
+private:
+  const planner::TensorLayout &layout;
+  llvm::DenseMap<int64_t, int64_t> positions;
+  llvm::DenseMap<int64_t, std::optional<planner::Box>> tiles;
+};
+
+std::string printBox(const planner::Box &box) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "[";
+  llvm::interleaveComma(box.lo, os);
+  os << "] : [";
+  llvm::interleaveComma(box.hi, os);
+  os << "]";
+  return text;
+}
+
+/// Checks a transfer's steps against its layouts: ordered chunks, sorted
+/// participants, boxes inside the tensor, senders that hold their boxes,
+/// receivers with room for them, and (without partial sums) every
+/// destination element received exactly once.
+class TransferVerifier {
+public:
+  TransferVerifier(TransferOp op, const planner::TensorLayout &source,
+                   const planner::TensorLayout &destination)
+      : op(op), type(op.getResult().getType()), source(source),
+        destination(destination), sourceTiles(source),
+        destinationTiles(destination) {}
+
+  LogicalResult verify();
+
+private:
+  LogicalResult verifyStep(size_t index, TransferStepAttr step);
+  LogicalResult verifyTransfer(TransferStepAttr step, size_t transferIndex,
+                               BoxTransferAttr transfer,
+                               llvm::function_ref<InFlightDiagnostic()> where);
+  LogicalResult verifyCoverage();
+
+  TransferOp op;
+  RankedTensorType type;
+  const planner::TensorLayout &source, &destination;
+  TileLookup sourceTiles, destinationTiles;
+  int64_t lastChunk = 0;
+  /// Boxes written (not accumulated) into each destination device's
+  /// buffer: without partial sums they must tile its box exactly, each
+  /// element once.
+  llvm::DenseMap<int64_t, std::vector<planner::Box>> received;
+};
+
+LogicalResult TransferVerifier::verify() {
+  for (auto [index, step] : llvm::enumerate(op.getSteps()))
+    if (failed(verifyStep(index, cast<TransferStepAttr>(step))))
+      return failure();
+  bool reduces = !op.getSource().getUnreduced().empty() ||
+                 !op.getDestination().getUnreduced().empty();
+  if (reduces)
+    return success();
+  // Without partial sums every destination element arrives exactly once.
+  if (!op.getSteps().empty())
+    return verifyCoverage();
+  // A tensor without elements has nothing to move, whatever its shardings.
+  if (llvm::is_contained(type.getShape(), 0) ||
+      source.isDeviceEquivalent(destination))
+    return success();
+  return op.emitOpError() << "has no steps, but its source and destination "
+                             "shardings place different tiles";
+}
+
+LogicalResult TransferVerifier::verifyStep(size_t index,
+                                           TransferStepAttr step) {
+  auto where = [&]() {
+    InFlightDiagnostic diag = op.emitOpError();
+    diag << "step #" << index << " ("
+         << stringifyTransferStepKind(step.getKind()) << "): ";
+    return diag;
+  };
+  if (step.getChunk() < 0)
+    return where() << "chunk " << step.getChunk() << " is negative";
+  if (step.getChunk() < lastChunk)
+    return where() << "chunk " << step.getChunk() << " comes after chunk "
+                   << lastChunk << "; steps must be ordered by chunk";
+  lastChunk = step.getChunk();
+  ArrayRef<int64_t> devices = step.getDevices();
+  for (size_t i = 1; i < devices.size(); ++i)
+    if (devices[i - 1] >= devices[i])
+      return where() << "participant devices must be sorted and distinct";
+  for (auto [transferIndex, transfer] : llvm::enumerate(step.getTransfers()))
+    if (failed(verifyTransfer(step, transferIndex, transfer, where)))
+      return failure();
+  return success();
+}
+
+LogicalResult TransferVerifier::verifyTransfer(
+    TransferStepAttr step, size_t transferIndex, BoxTransferAttr transfer,
+    llvm::function_ref<InFlightDiagnostic()> where) {
+  auto at = [&]() {
+    InFlightDiagnostic diag = where();
+    diag << "transfer #" << transferIndex << ": ";
+    return diag;
+  };
+  ArrayRef<int64_t> shape = type.getShape();
+  if (static_cast<int64_t>(transfer.getLo().size()) != type.getRank())
+    return at() << "box has rank " << transfer.getLo().size()
+                << " but the tensor has rank " << type.getRank();
+  planner::Box box;
+  box.lo.assign(transfer.getLo().begin(), transfer.getLo().end());
+  box.hi.assign(transfer.getHi().begin(), transfer.getHi().end());
+  for (size_t d = 0; d < box.lo.size(); ++d)
+    if (box.lo[d] < 0 || box.lo[d] >= box.hi[d] || box.hi[d] > shape[d])
+      return at() << "box [" << box.lo[d] << ", " << box.hi[d]
+                  << ") of dimension " << d << " is empty or outside [0, "
+                  << shape[d] << ")";
+  ArrayRef<int64_t> devices = step.getDevices();
+  auto participates = [&](int64_t device) {
+    return std::binary_search(devices.begin(), devices.end(), device);
+  };
+  if (!participates(transfer.getSrcDevice()))
+    return at() << "sender " << transfer.getSrcDevice()
+                << " is not a participant of the step";
+  // Phase 1 exists only in an all-reduce (gather the reduced pieces); code
+  // generation runs phases 0 and 1 and nothing else.
+  int64_t maxPhase = step.getKind() == TransferStepKind::AllReduce ? 1 : 0;
+  if (transfer.getPhase() < 0 || transfer.getPhase() > maxPhase)
+    return at() << "phase " << transfer.getPhase() << " is out of range: a "
+                << stringifyTransferStepKind(step.getKind())
+                << " step has phase 0"
+                << (maxPhase ? " (reduce) and phase 1 (gather)" : " only");
+  // A zero fill writes zeros where it lands and reads nothing.
+  bool fromDestination = transfer.getFromDestination();
+  if (step.getKind() != TransferStepKind::ZeroFill &&
+      !(fromDestination ? destinationTiles : sourceTiles)
+           .holds(transfer.getSrcDevice(), box))
+    return at() << "sender " << transfer.getSrcDevice()
+                << " does not hold the box in its "
+                << (fromDestination ? "destination" : "source") << " buffer";
+  ArrayRef<int64_t> dsts = transfer.getDstDevices();
+  if (dsts.empty())
+    return at() << "has no receiver";
+  bool intoSource = transfer.getIntoSource();
+  for (size_t i = 0; i < dsts.size(); ++i) {
+    if (i > 0 && dsts[i - 1] >= dsts[i])
+      return at() << "receivers must be sorted and distinct";
+    if (!participates(dsts[i]))
+      return at() << "receiver " << dsts[i]
+                  << " is not a participant of the step";
+    if (!(intoSource ? sourceTiles : destinationTiles).holds(dsts[i], box))
+      return at() << "receiver " << dsts[i]
+                  << " has no room for the box in its "
+                  << (intoSource ? "source" : "destination") << " buffer";
+    if (!intoSource && !transfer.getAccumulate())
+      received[dsts[i]].push_back(box);
+  }
+  return success();
+}
+
+/// Every box lies inside the receiver's tile (checked before), so boxes
+/// that are pairwise disjoint and hold as many elements as the tile cover
+/// it exactly. Counting alone would pass a box received four times next to
+/// a hole that the generated code leaves uninitialised.
+LogicalResult TransferVerifier::verifyCoverage() {
+  for (int64_t p = 0, e = destination.numDevices(); p < e; ++p) {
+    int64_t device = destination.mesh().deviceAt(p);
+    int64_t expected = destination.boxAtPosition(p).numElements();
+    auto it = received.find(device);
+    const std::vector<planner::Box> none;
+    const std::vector<planner::Box> &boxes =
+        it == received.end() ? none : it->second;
+    if (std::optional<std::pair<size_t, size_t>> overlap =
+            planner::findOverlap(boxes))
+      return op.emitOpError()
+             << "destination device " << device << " receives the elements of "
+             << printBox(
+                    boxes[overlap->first].intersect(boxes[overlap->second]))
+             << " more than once";
+    int64_t count = 0;
+    for (const planner::Box &box : boxes)
+      count += box.numElements();
+    if (count != expected)
+      return op.emitOpError()
+             << "destination device " << device << " receives " << count
+             << " elements but its tile holds " << expected;
+  }
+  return success();
+}
+
+} // namespace
+
 LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
   auto type = getResult().getType();
   MeshAttr sourceMesh = lookupMesh(symbols, *this, getSource().getMeshName());
@@ -146,183 +361,7 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       toTensorLayout(emit, getDestination(), destinationMesh, type);
   if (failed(destination))
     return failure();
-
-  ArrayRef<int64_t> shape = type.getShape();
-  bool reduces = !getSource().getUnreduced().empty() ||
-                 !getDestination().getUnreduced().empty();
-  // Tiles by device id through maps built once: Mesh::positionOf scans the
-  // explicit ids, and once per sender and receiver that made verifying a
-  // plan over 2^20 devices take hours.
-  auto positionsOf = [](const planner::TensorLayout &layout) {
-    llvm::DenseMap<int64_t, int64_t> positions;
-    if (!layout.mesh().deviceIds.empty())
-      for (int64_t p = 0, e = layout.numDevices(); p < e; ++p)
-        positions[layout.mesh().deviceAt(p)] = p;
-    return positions;
-  };
-  llvm::DenseMap<int64_t, int64_t> sourcePositions = positionsOf(*source),
-                                   destinationPositions =
-                                       positionsOf(*destination);
-  // Each device's tile once: a pod's all-gather names every receiver of
-  // every sender, 240 times per device at 16 devices per group.
-  using TileCache = llvm::DenseMap<int64_t, std::optional<planner::Box>>;
-  TileCache sourceTiles, destinationTiles;
-  // Whether `device` has a tile of `layout` that contains `box`.
-  auto holds = [](const planner::TensorLayout &layout,
-                  const llvm::DenseMap<int64_t, int64_t> &positions,
-                  TileCache &tiles, int64_t device, const planner::Box &box) {
-    auto [it, inserted] = tiles.try_emplace(device);
-    std::optional<planner::Box> &tile = it->second;
-    if (inserted && layout.mesh().deviceIds.empty()) {
-      if (device >= 0 && device < layout.numDevices())
-        tile = layout.boxAtPosition(device);
-    } else if (inserted) {
-      if (auto position = positions.find(device); position != positions.end())
-        tile = layout.boxAtPosition(position->second);
-    }
-    return tile && tile->encloses(box);
-  };
-  // Boxes written (not accumulated) into each destination device's buffer:
-  // without partial sums they must tile its box exactly, each element once.
-  llvm::DenseMap<int64_t, std::vector<planner::Box>> received;
-  int64_t lastChunk = 0;
-  for (auto [stepIndex, stepAttr] : llvm::enumerate(getSteps())) {
-    auto step = cast<TransferStepAttr>(stepAttr);
-    auto where = [&, stepIndex = stepIndex]() {
-      InFlightDiagnostic diag = emitOpError();
-      diag << "step #" << stepIndex << " ("
-           << stringifyTransferStepKind(step.getKind()) << "): ";
-      return diag;
-    };
-    if (step.getChunk() < 0)
-      return where() << "chunk " << step.getChunk() << " is negative";
-    if (step.getChunk() < lastChunk)
-      return where() << "chunk " << step.getChunk() << " comes after chunk "
-                     << lastChunk << "; steps must be ordered by chunk";
-    lastChunk = step.getChunk();
-    ArrayRef<int64_t> devices = step.getDevices();
-    for (size_t i = 1; i < devices.size(); ++i)
-      if (devices[i - 1] >= devices[i])
-        return where() << "participant devices must be sorted and distinct";
-    auto participates = [&](int64_t device) {
-      return std::binary_search(devices.begin(), devices.end(), device);
-    };
-    for (auto [transferIndex, transfer] :
-         llvm::enumerate(step.getTransfers())) {
-      auto at = [&, transferIndex = transferIndex]() {
-        InFlightDiagnostic diag = where();
-        diag << "transfer #" << transferIndex << ": ";
-        return diag;
-      };
-      if (static_cast<int64_t>(transfer.getLo().size()) != type.getRank())
-        return at() << "box has rank " << transfer.getLo().size()
-                    << " but the tensor has rank " << type.getRank();
-      planner::Box box;
-      box.lo.assign(transfer.getLo().begin(), transfer.getLo().end());
-      box.hi.assign(transfer.getHi().begin(), transfer.getHi().end());
-      for (size_t d = 0; d < box.lo.size(); ++d)
-        if (box.lo[d] < 0 || box.lo[d] >= box.hi[d] || box.hi[d] > shape[d])
-          return at() << "box [" << box.lo[d] << ", " << box.hi[d]
-                      << ") of dimension " << d << " is empty or outside [0, "
-                      << shape[d] << ")";
-      if (!participates(transfer.getSrcDevice()))
-        return at() << "sender " << transfer.getSrcDevice()
-                    << " is not a participant of the step";
-      // Phase 1 exists only in an all-reduce (gather the reduced pieces);
-      // code generation runs phases 0 and 1 and nothing else.
-      int64_t maxPhase = step.getKind() == TransferStepKind::AllReduce ? 1 : 0;
-      if (transfer.getPhase() < 0 || transfer.getPhase() > maxPhase)
-        return at() << "phase " << transfer.getPhase() << " is out of range: a "
-                    << stringifyTransferStepKind(step.getKind())
-                    << " step has phase 0"
-                    << (maxPhase ? " (reduce) and phase 1 (gather)" : " only");
-      // A zero fill writes zeros where it lands and reads nothing.
-      bool readsSender = step.getKind() != TransferStepKind::ZeroFill;
-      bool fromDestination = transfer.getFromDestination();
-      if (readsSender &&
-          !holds(fromDestination ? *destination : *source,
-                 fromDestination ? destinationPositions : sourcePositions,
-                 fromDestination ? destinationTiles : sourceTiles,
-                 transfer.getSrcDevice(), box))
-        return at() << "sender " << transfer.getSrcDevice()
-                    << " does not hold the box in its "
-                    << (transfer.getFromDestination() ? "destination"
-                                                      : "source")
-                    << " buffer";
-      ArrayRef<int64_t> dsts = transfer.getDstDevices();
-      if (dsts.empty())
-        return at() << "has no receiver";
-      for (size_t i = 0; i < dsts.size(); ++i) {
-        if (i > 0 && dsts[i - 1] >= dsts[i])
-          return at() << "receivers must be sorted and distinct";
-        if (!participates(dsts[i]))
-          return at() << "receiver " << dsts[i]
-                      << " is not a participant of the step";
-        bool intoSource = transfer.getIntoSource();
-        if (!holds(intoSource ? *source : *destination,
-                   intoSource ? sourcePositions : destinationPositions,
-                   intoSource ? sourceTiles : destinationTiles, dsts[i], box))
-          return at() << "receiver " << dsts[i]
-                      << " has no room for the box in its "
-                      << (transfer.getIntoSource() ? "source" : "destination")
-                      << " buffer";
-        if (!transfer.getIntoSource() && !transfer.getAccumulate())
-          received[dsts[i]].push_back(box);
-      }
-    }
-  }
-  if (reduces)
-    return success();
-  // Without partial sums every destination element arrives exactly once.
-  bool identity = getSteps().empty();
-  int64_t elements = 1;
-  for (int64_t extent : shape)
-    elements *= extent;
-  // A tensor without elements has nothing to move, whatever its shardings.
-  if (identity && elements == 0)
-    return success();
-  if (identity && !source->isDeviceEquivalent(*destination))
-    return emitOpError() << "has no steps, but its source and destination "
-                            "shardings place different tiles";
-  if (identity)
-    return success();
-  // Every box lies inside the receiver's tile (checked above), so boxes
-  // that are pairwise disjoint and hold as many elements as the tile cover
-  // it exactly. Counting alone would pass a box received four times next
-  // to a hole that the generated code leaves uninitialised.
-  auto printBox = [](const planner::Box &box) {
-    std::string text;
-    llvm::raw_string_ostream os(text);
-    os << "[";
-    llvm::interleaveComma(box.lo, os);
-    os << "] : [";
-    llvm::interleaveComma(box.hi, os);
-    os << "]";
-    return text;
-  };
-  for (int64_t p = 0, e = destination->numDevices(); p < e; ++p) {
-    int64_t device = destination->mesh().deviceAt(p);
-    int64_t expected = destination->boxAtPosition(p).numElements();
-    auto it = received.find(device);
-    const std::vector<planner::Box> none;
-    const std::vector<planner::Box> &boxes =
-        it == received.end() ? none : it->second;
-    if (std::optional<std::pair<size_t, size_t>> overlap =
-            planner::findOverlap(boxes))
-      return emitOpError() << "destination device " << device
-                           << " receives the elements of "
-                           << printBox(boxes[overlap->first].intersect(
-                                  boxes[overlap->second]))
-                           << " more than once";
-    int64_t count = 0;
-    for (const planner::Box &box : boxes)
-      count += box.numElements();
-    if (count != expected)
-      return emitOpError() << "destination device " << device << " receives "
-                           << count << " elements but its tile holds "
-                           << expected;
-  }
-  return success();
+  return TransferVerifier(*this, *source, *destination).verify();
 }
 
 //===----------------------------------------------------------------------===//
