@@ -197,10 +197,145 @@ std::vector<int64_t> tileExtents(const planner::TensorLayout &layout,
   return extents;
 }
 
+/// The sorted devices of the meshes a class function names
+/// (`polymesh.meshes`), or nullopt without the attribute.
+std::optional<std::vector<int64_t>>
+meshDevicesOf(func::FuncOp func, SymbolTableCollection &symbols) {
+  auto meshes =
+      func->getAttrOfType<ArrayAttr>(PolymeshDialect::kMeshesAttrName);
+  if (!meshes)
+    return std::nullopt;
+  std::set<int64_t> ids;
+  for (auto name : meshes.getAsRange<FlatSymbolRefAttr>())
+    if (MeshAttr mesh = lookupMesh(symbols, func, name)) {
+      planner::Mesh planned = toPlannerMesh(mesh);
+      for (int64_t p = 0, e = planned.numDevices(); p < e; ++p)
+        ids.insert(planned.deviceAt(p));
+    }
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
+/// The class function `func` of `function`: its devices and local types.
+llvm::Expected<PartitionClass> recordClass(func::FuncOp func,
+                                           const ShardedFunction &function) {
+  auto devices =
+      func->getAttrOfType<DenseI64ArrayAttr>(PolymeshDialect::kDevicesAttrName);
+  if (!devices)
+    return error("no polymesh.devices");
+  FunctionType type = func.getFunctionType();
+  if (type.getNumInputs() != 3 + function.signature.arguments.size() ||
+      type.getNumResults() != function.signature.results.size())
+    return error(
+        llvm::formatv(
+            "takes {0} arguments and returns {1} results; the global function "
+            "has {2} and {3} (plus the runtime, device and position first)",
+            type.getNumInputs(), type.getNumResults(),
+            function.signature.arguments.size(),
+            function.signature.results.size())
+            .str());
+  PartitionClass partition;
+  partition.name = func.getSymName().str();
+  partition.devices.assign(devices.asArrayRef().begin(),
+                           devices.asArrayRef().end());
+  auto record = [&](TypeRange types,
+                    std::vector<TensorSignature> &out) -> llvm::Error {
+    for (Type local : types) {
+      auto signature = getTensorSignature(local);
+      if (!signature)
+        return signature.takeError();
+      out.push_back(std::move(*signature));
+    }
+    return llvm::Error::success();
+  };
+  if (llvm::Error err =
+          record(type.getInputs().drop_front(3), partition.inputs))
+    return std::move(err);
+  if (llvm::Error err = record(type.getResults(), partition.results))
+    return std::move(err);
+  return std::move(partition);
+}
+
+/// Every device of `layout` that this process runs has a class, whose
+/// local type is the device's box; else why not.
+std::string checkTiles(const ShardedFunction &function,
+                       const std::map<int64_t, const PartitionClass *> &classOf,
+                       const planner::TensorLayout &layout,
+                       const TensorSignature &global, const char *what,
+                       size_t index,
+                       const std::vector<TensorSignature> PartitionClass::*list,
+                       const std::function<bool(int64_t)> &runsDevice) {
+  for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
+    int64_t device = layout.mesh().deviceAt(p);
+    // A process partitions for the devices it runs only.
+    if (!classOf.count(device) && (!runsDevice || runsDevice(device)))
+      return llvm::formatv("device {0} holds a tile of {1} #{2} but runs no "
+                           "class of @{3}",
+                           device, what, index, function.name)
+          .str();
+  }
+  for (const auto &[device, partition] : classOf) {
+    const TensorSignature &local = (partition->*list)[index];
+    std::vector<int64_t> expected = tileExtents(layout, device);
+    if (local.elementType != global.elementType || local.shape != expected)
+      return llvm::formatv("@{0} gives device {1} a {2} tile of {3} #{4}, but "
+                           "its box in {5} is {6}",
+                           partition->name, device,
+                           formatTensorType(local.elementType, local.shape),
+                           what, index, planner::describe(layout),
+                           formatTensorType(global.elementType, expected))
+          .str();
+  }
+  return "";
+}
+
+/// Checks `function`'s recorded classes and sets its devices: those of the
+/// classes' meshes (`meshDevices`, when they name them), else of the
+/// classes. Every device runs at most one class and only devices of the
+/// function; every device with a tile runs one, with its exact tiles.
+std::string checkClasses(ShardedFunction &function,
+                         const std::vector<int64_t> *meshDevices,
+                         const std::function<bool(int64_t)> &runsDevice) {
+  std::map<int64_t, const PartitionClass *> classOf;
+  for (const PartitionClass &partition : function.classes)
+    for (int64_t device : partition.devices)
+      if (!classOf.emplace(device, &partition).second)
+        return llvm::formatv("device {0} runs two classes of @{1}", device,
+                             function.name)
+            .str();
+  if (meshDevices) {
+    function.devices = *meshDevices;
+  } else if (!function.classes.empty()) {
+    function.devices.clear();
+    for (const auto &[device, partition] : classOf)
+      function.devices.push_back(device);
+  }
+  for (const auto &[device, partition] : classOf)
+    if (!std::binary_search(function.devices.begin(), function.devices.end(),
+                            device))
+      return llvm::formatv("@{0} runs device {1}, which is not a device of "
+                           "@{2}'s meshes",
+                           partition->name, device, function.name)
+          .str();
+  for (size_t i = 0; i < function.argumentLayouts.size(); ++i)
+    if (std::string why =
+            checkTiles(function, classOf, function.argumentLayouts[i],
+                       function.signature.arguments[i], "argument", i,
+                       &PartitionClass::inputs, runsDevice);
+        !why.empty())
+      return why;
+  for (size_t i = 0; i < function.resultLayouts.size(); ++i)
+    if (std::string why =
+            checkTiles(function, classOf, function.resultLayouts[i],
+                       function.signature.results[i], "result", i,
+                       &PartitionClass::results, runsDevice);
+        !why.empty())
+      return why;
+  return "";
+}
+
 /// Records the class functions of every function in `functions` from the
-/// partitioned `module`, and checks them against the global layouts: every
-/// device that holds a tile of an argument or result runs exactly one
-/// class, and every local type is the device's box. Errors per function.
+/// partitioned `module`, and checks them against the global layouts
+/// (checkClasses). Errors per function.
 void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
                    llvm::StringMap<std::string> &failures,
                    const std::function<bool(int64_t)> &runsDevice) {
@@ -211,151 +346,39 @@ void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
   for (auto func : module.getOps<func::FuncOp>()) {
     auto of =
         func->getAttrOfType<StringAttr>(PolymeshDialect::kPartitionOfAttrName);
-    if (!of || !functions.contains(of.getValue()))
+    if (!of || !functions.contains(of.getValue()) ||
+        failures.contains(of.getValue()))
       continue;
     llvm::StringRef global = of.getValue();
-    if (failures.contains(global))
-      continue;
     auto fail = [&](const llvm::Twine &why) {
       failures[global] = ("@" + func.getSymName() + ": " + why).str();
     };
-    auto devices = func->getAttrOfType<DenseI64ArrayAttr>(
-        PolymeshDialect::kDevicesAttrName);
-    if (!devices) {
-      fail("no polymesh.devices");
+    ShardedFunction &function = functions.find(global)->second;
+    llvm::Expected<PartitionClass> partition = recordClass(func, function);
+    if (!partition) {
+      fail(llvm::toString(partition.takeError()));
       continue;
     }
-    const ShardedFunction &function = functions.find(global)->second;
-    FunctionType type = func.getFunctionType();
-    if (type.getNumInputs() != 3 + function.signature.arguments.size() ||
-        type.getNumResults() != function.signature.results.size()) {
-      fail(llvm::formatv("takes {0} arguments and returns {1} results; the "
-                         "global function has {2} and {3} (plus the runtime, "
-                         "device and position first)",
-                         type.getNumInputs(), type.getNumResults(),
-                         function.signature.arguments.size(),
-                         function.signature.results.size())
-               .str());
-      continue;
-    }
-    if (auto meshes =
-            func->getAttrOfType<ArrayAttr>(PolymeshDialect::kMeshesAttrName)) {
-      std::set<int64_t> ids;
-      for (auto name : meshes.getAsRange<FlatSymbolRefAttr>())
-        if (MeshAttr mesh = lookupMesh(symbols, func, name)) {
-          planner::Mesh planned = toPlannerMesh(mesh);
-          for (int64_t p = 0, e = planned.numDevices(); p < e; ++p)
-            ids.insert(planned.deviceAt(p));
-        }
-      std::vector<int64_t> sorted(ids.begin(), ids.end());
-      auto [it, first] = meshDevices.try_emplace(global, sorted);
-      if (!first && it->second != sorted) {
+    if (std::optional<std::vector<int64_t>> ids =
+            meshDevicesOf(func, symbols)) {
+      auto [it, first] = meshDevices.try_emplace(global, *ids);
+      if (!first && it->second != *ids) {
         fail("names other meshes than the function's other classes");
         continue;
       }
     }
-    PartitionClass partition;
-    partition.name = func.getSymName().str();
-    partition.devices.assign(devices.asArrayRef().begin(),
-                             devices.asArrayRef().end());
-    std::string bad;
-    auto record = [&](TypeRange types, std::vector<TensorSignature> &out) {
-      for (Type type : types) {
-        auto local = getTensorSignature(type);
-        if (!local) {
-          bad = llvm::toString(local.takeError());
-          return;
-        }
-        out.push_back(std::move(*local));
-      }
-    };
-    record(type.getInputs().drop_front(3), partition.inputs);
-    if (bad.empty())
-      record(type.getResults(), partition.results);
-    if (!bad.empty()) {
-      fail(bad);
-      continue;
-    }
-    functions.find(global)->second.classes.push_back(std::move(partition));
+    function.classes.push_back(std::move(*partition));
   }
-
   for (auto &entry : functions) {
     ShardedFunction &function = entry.second;
     if (failures.contains(function.name))
       continue;
-    auto fail = [&](const llvm::Twine &why) {
-      failures[function.name] = why.str();
-    };
-    std::map<int64_t, const PartitionClass *> classOf;
-    bool ok = true;
-    for (const PartitionClass &partition : function.classes)
-      for (int64_t device : partition.devices)
-        if (!classOf.emplace(device, &partition).second && ok) {
-          fail(llvm::formatv("device {0} runs two classes of @{1}", device,
-                             function.name)
-                   .str());
-          ok = false;
-        }
-    if (!ok)
-      continue;
-    if (auto it = meshDevices.find(function.name); it != meshDevices.end()) {
-      function.devices = it->second;
-    } else if (!function.classes.empty()) {
-      function.devices.clear();
-      for (const auto &[device, partition] : classOf)
-        function.devices.push_back(device);
-    }
-    for (const auto &[device, partition] : classOf)
-      if (!std::binary_search(function.devices.begin(), function.devices.end(),
-                              device)) {
-        fail(llvm::formatv("@{0} runs device {1}, which is not a device of "
-                           "@{2}'s meshes",
-                           partition->name, device, function.name)
-                 .str());
-        ok = false;
-        break;
-      }
-    if (!ok)
-      continue;
-
-    // Every device that holds a tile must run, with its exact tiles.
-    auto check =
-        [&](const planner::TensorLayout &layout, const TensorSignature &global,
-            const char *what, size_t index,
-            const std::vector<TensorSignature> PartitionClass::*list) -> bool {
-      for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
-        int64_t device = layout.mesh().deviceAt(p);
-        // A process partitions for the devices it runs only.
-        if (classOf.count(device) || (runsDevice && !runsDevice(device)))
-          continue;
-        fail(llvm::formatv("device {0} holds a tile of {1} #{2} but runs no "
-                           "class of @{3}",
-                           device, what, index, function.name)
-                 .str());
-        return false;
-      }
-      for (const auto &[device, partition] : classOf) {
-        const TensorSignature &local = (partition->*list)[index];
-        std::vector<int64_t> expected = tileExtents(layout, device);
-        if (local.elementType == global.elementType && local.shape == expected)
-          continue;
-        fail(llvm::formatv("@{0} gives device {1} a {2} tile of {3} #{4}, but "
-                           "its box in {5} is {6}",
-                           partition->name, device,
-                           formatTensorType(local.elementType, local.shape),
-                           what, index, planner::describe(layout),
-                           formatTensorType(global.elementType, expected))
-                 .str());
-        return false;
-      }
-      return true;
-    };
-    for (size_t i = 0; ok && i < function.argumentLayouts.size(); ++i)
-      ok = check(function.argumentLayouts[i], function.signature.arguments[i],
-                 "argument", i, &PartitionClass::inputs);
-    for (size_t i = 0; ok && i < function.resultLayouts.size(); ++i)
-      ok = check(function.resultLayouts[i], function.signature.results[i],
-                 "result", i, &PartitionClass::results);
+    auto ids = meshDevices.find(function.name);
+    std::string why = checkClasses(
+        function, ids == meshDevices.end() ? nullptr : &ids->second,
+        runsDevice);
+    if (!why.empty())
+      failures[function.name] = why;
   }
 }
 
@@ -686,24 +709,11 @@ struct RuntimeDeleter {
 
 } // namespace
 
-llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
-  int64_t runIndex = runsMade++;
-  auto found = getFunction(name);
-  if (!found)
-    return found.takeError();
-  const ShardedFunction &function = *found;
-  ShardedRun run;
-  run.bytesMoved = function.bytesMoved;
-  run.numDevices = static_cast<int64_t>(function.devices.size());
-  // No tensor anywhere: nothing runs, nothing can differ.
-  if (function.devices.empty())
-    return run;
+namespace {
 
-  RunContext context;
-  context.jit = jitOf.lookup(name);
-  auto runsDevice = [&](int64_t device) {
-    return !options.runsDevice || options.runsDevice(device);
-  };
+/// Which devices this process runs, each with its class and position.
+void assignWork(RunContext &context, const ShardedFunction &function,
+                const std::function<bool(int64_t)> &runsDevice) {
   for (const PartitionClass &partition : function.classes)
     for (int64_t device : partition.devices) {
       if (!runsDevice(device))
@@ -714,19 +724,12 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
                                        function.devices.end(), device) -
                       function.devices.begin();
     }
+}
 
-  // A process of a multi-process run that runs none of the devices.
-  if (context.work.empty()) {
-    for (size_t r = 0; r < function.resultLayouts.size(); ++r)
-      run.results.push_back(
-          ShardedTensor{function.signature.results[r].elementType,
-                        function.resultLayouts[r],
-                        {}});
-    return run;
-  }
-
-  // Inputs: every device fills its box of every argument, as the reference
-  // holds it; devices outside an argument's mesh get an empty tile.
+/// Inputs: every device fills its box of every argument, as the reference
+/// holds it; devices outside an argument's mesh get an empty tile. Results
+/// start zeroed.
+void fillTiles(RunContext &context, const ShardedFunction &function) {
   for (size_t i = 0; i < function.argumentLayouts.size(); ++i) {
     const TensorSignature &argument = function.signature.arguments[i];
     ShardedTensor input =
@@ -744,85 +747,76 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
   for (auto &[device, work] : context.work)
     for (const TensorSignature &result : work.partition->results)
       work.results.emplace_back(result.elementType, result.shape);
+}
 
-  bool cuda = options.target == ShardedTarget::Cuda;
-  std::unique_ptr<PolymeshRuntime, RuntimeDeleter> rt(
-      options.createRuntime
-          ? options.createRuntime(function.devices, options.timeoutMs, runIndex)
-      : cuda ? options.cuda.createRuntime(
-                   function.devices.data(),
-                   static_cast<int64_t>(function.devices.size()),
-                   options.timeoutMs)
-             : polymesh_rt_create_loopback(
-                   function.devices.data(),
-                   static_cast<int64_t>(function.devices.size()),
-                   options.timeoutMs));
-  if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
-    return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
+std::unique_ptr<PolymeshRuntime, RuntimeDeleter>
+createRuntime(const ShardedRunnerOptions &options,
+              const std::vector<int64_t> &devices, int64_t runIndex) {
+  auto count = static_cast<int64_t>(devices.size());
+  if (options.createRuntime)
+    return std::unique_ptr<PolymeshRuntime, RuntimeDeleter>(
+        options.createRuntime(devices, options.timeoutMs, runIndex));
+  if (options.target == ShardedTarget::Cuda)
+    return std::unique_ptr<PolymeshRuntime, RuntimeDeleter>(
+        options.cuda.createRuntime(devices.data(), count, options.timeoutMs));
+  return std::unique_ptr<PolymeshRuntime, RuntimeDeleter>(
+      polymesh_rt_create_loopback(devices.data(), count, options.timeoutMs));
+}
 
-  // CUDA: every tile moves to its device's memory (results start zeroed,
-  // as on the host), and back after the run. Freed before the runtime.
-  auto freeDeviceMemory = [&] {
+/// CUDA runs: every tile in its device's memory, moved there before the run
+/// and back after it; freed before the runtime.
+class DeviceTiles {
+public:
+  DeviceTiles(RunContext &context, PolymeshRuntime *rt,
+              const CudaRunHooks &cuda)
+      : context(context), rt(rt), cuda(cuda) {}
+  ~DeviceTiles() { release(); }
+  /// Copies every tile to (or back from) device memory; false on the
+  /// runtime's first error.
+  bool transfer(bool toDevice);
+  void release() {
     for (auto &[device, pointers] : context.pointers)
       for (void *pointer : pointers)
-        options.cuda.free(rt.get(), device, pointer);
+        cuda.free(rt, device, pointer);
     context.pointers.clear();
-  };
-  auto transferTiles = [&](bool toDevice) -> bool {
-    for (auto &[device, work] : context.work) {
-      std::vector<void *> &pointers = context.pointers[device];
-      size_t index = 0;
-      for (auto *tiles : {&work.inputs, &work.results})
-        for (HostTensor &tile : *tiles) {
-          int64_t bytes = tile.getSizeInBytes();
-          if (toDevice) {
-            pointers.push_back(options.cuda.alloc(rt.get(), device,
-                                                  std::max<int64_t>(bytes, 1)));
-            if (!pointers.back())
-              return false;
-          }
-          void *memory = pointers[index++];
-          if (bytes == 0)
-            continue;
-          int32_t code =
-              toDevice ? options.cuda.upload(rt.get(), device, memory,
-                                             tile.getData(), bytes)
-                       : options.cuda.download(rt.get(), device, tile.getData(),
-                                               memory, bytes);
-          if (code != POLYMESH_RT_OK)
-            return false;
-        }
-    }
-    return true;
-  };
-  if (cuda) {
-    context.devicePointers = true;
-    if (!transferTiles(/*toDevice=*/true)) {
-      std::string why = polymesh_rt_last_error(rt.get());
-      freeDeviceMemory();
-      return error("runtime: " + why);
-    }
   }
 
-  if (options.warmup)
-    polymesh_rt_run_devices(rt.get(), runDevice, &context);
-  auto start = std::chrono::steady_clock::now();
-  int32_t code = polymesh_rt_run_devices(rt.get(), runDevice, &context);
-  auto stop = std::chrono::steady_clock::now();
-  // Generated code does not check statuses: the runtime's first error is
-  // the run's.
-  if (cuda && polymesh_rt_status(rt.get()) == POLYMESH_RT_OK)
-    transferTiles(/*toDevice=*/false);
-  freeDeviceMemory();
-  if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
-    return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
-  if (code != POLYMESH_RT_OK)
-    return error("runtime: polymesh_rt_run_devices returned status " +
-                 llvm::Twine(code));
-  run.wallMs = std::chrono::duration<double, std::milli>(stop - start).count();
+private:
+  RunContext &context;
+  PolymeshRuntime *rt;
+  const CudaRunHooks &cuda;
+};
 
-  // Inputs are read-only: a local program that wrote into an input tile
-  // would corrupt a value that other ops (or the caller) still read.
+bool DeviceTiles::transfer(bool toDevice) {
+  for (auto &[device, work] : context.work) {
+    std::vector<void *> &pointers = context.pointers[device];
+    size_t index = 0;
+    for (auto *tiles : {&work.inputs, &work.results})
+      for (HostTensor &tile : *tiles) {
+        int64_t bytes = tile.getSizeInBytes();
+        if (toDevice) {
+          pointers.push_back(
+              cuda.alloc(rt, device, std::max<int64_t>(bytes, 1)));
+          if (!pointers.back())
+            return false;
+        }
+        void *memory = pointers[index++];
+        if (bytes == 0)
+          continue;
+        int32_t code =
+            toDevice ? cuda.upload(rt, device, memory, tile.getData(), bytes)
+                     : cuda.download(rt, device, tile.getData(), memory, bytes);
+        if (code != POLYMESH_RT_OK)
+          return false;
+      }
+  }
+  return true;
+}
+
+/// Inputs are read-only: a local program that wrote into an input tile
+/// would corrupt a value that other ops (or the caller) still read.
+llvm::Error checkInputsUnchanged(const RunContext &context,
+                                 const ShardedFunction &function) {
   for (size_t i = 0; i < function.argumentLayouts.size(); ++i) {
     ShardedTensor fresh =
         makeShardedInput(function.signature.arguments[i].elementType,
@@ -842,18 +836,88 @@ llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
                      llvm::Twine(i));
     }
   }
+  return llvm::Error::success();
+}
 
+/// Per result, the tiles of the devices this process runs (none when it
+/// runs none of the function's devices).
+std::vector<ShardedTensor>
+collectResults(RunContext &context, const ShardedFunction &function,
+               const std::function<bool(int64_t)> &runsDevice) {
+  std::vector<ShardedTensor> results;
   for (size_t r = 0; r < function.resultLayouts.size(); ++r) {
     const planner::TensorLayout &layout = function.resultLayouts[r];
     ShardedTensor result{function.signature.results[r].elementType, layout, {}};
-    for (int64_t p = 0, e = layout.numDevices(); p < e; ++p) {
+    for (int64_t p = 0, e = layout.numDevices(); p < e && !context.work.empty();
+         ++p) {
       int64_t device = layout.mesh().deviceAt(p);
-      if (!runsDevice(device))
-        continue;
-      result.tiles.emplace(device,
-                           std::move(context.work.at(device).results[r]));
+      if (runsDevice(device))
+        result.tiles.emplace(device,
+                             std::move(context.work.at(device).results[r]));
     }
-    run.results.push_back(std::move(result));
+    results.push_back(std::move(result));
   }
+  return results;
+}
+
+} // namespace
+
+llvm::Expected<ShardedRun> ShardedRunner::run(llvm::StringRef name) {
+  int64_t runIndex = runsMade++;
+  auto found = getFunction(name);
+  if (!found)
+    return found.takeError();
+  const ShardedFunction &function = *found;
+  ShardedRun run;
+  run.bytesMoved = function.bytesMoved;
+  run.numDevices = static_cast<int64_t>(function.devices.size());
+  // No tensor anywhere: nothing runs, nothing can differ.
+  if (function.devices.empty())
+    return run;
+
+  RunContext context;
+  context.jit = jitOf.lookup(name);
+  auto runsDevice = [&](int64_t device) {
+    return !options.runsDevice || options.runsDevice(device);
+  };
+  assignWork(context, function, runsDevice);
+  // A process of a multi-process run that runs none of the devices.
+  if (context.work.empty()) {
+    run.results = collectResults(context, function, runsDevice);
+    return run;
+  }
+  fillTiles(context, function);
+
+  std::unique_ptr<PolymeshRuntime, RuntimeDeleter> rt =
+      createRuntime(options, function.devices, runIndex);
+  if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
+    return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
+  bool cuda = options.target == ShardedTarget::Cuda;
+  DeviceTiles deviceTiles(context, rt.get(), options.cuda);
+  if (cuda) {
+    context.devicePointers = true;
+    if (!deviceTiles.transfer(/*toDevice=*/true))
+      return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
+  }
+
+  if (options.warmup)
+    polymesh_rt_run_devices(rt.get(), runDevice, &context);
+  auto start = std::chrono::steady_clock::now();
+  int32_t code = polymesh_rt_run_devices(rt.get(), runDevice, &context);
+  auto stop = std::chrono::steady_clock::now();
+  // Generated code does not check statuses: the runtime's first error is
+  // the run's.
+  if (cuda && polymesh_rt_status(rt.get()) == POLYMESH_RT_OK)
+    deviceTiles.transfer(/*toDevice=*/false);
+  deviceTiles.release();
+  if (polymesh_rt_status(rt.get()) != POLYMESH_RT_OK)
+    return error(llvm::Twine("runtime: ") + polymesh_rt_last_error(rt.get()));
+  if (code != POLYMESH_RT_OK)
+    return error("runtime: polymesh_rt_run_devices returned status " +
+                 llvm::Twine(code));
+  run.wallMs = std::chrono::duration<double, std::milli>(stop - start).count();
+  if (llvm::Error err = checkInputsUnchanged(context, function))
+    return std::move(err);
+  run.results = collectResults(context, function, runsDevice);
   return run;
 }
