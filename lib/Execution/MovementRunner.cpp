@@ -209,16 +209,17 @@ MovementValue MovementValue::makeAlias(ElementType type, int64_t input,
 // runMovement
 //===----------------------------------------------------------------------===//
 
-llvm::Expected<MovementRun>
-execution::runMovement(const MovementProgram &program,
-                       const BackendFactory &makeBackend) {
+namespace {
+
+/// Checks that the layouts line up before anything runs: a buffer handed
+/// on to a transfer, a constraint or a result must be the tile each device
+/// is expected to hold there, or the run would compare the wrong bytes.
+/// Returns every device the program names, sorted.
+llvm::Expected<std::vector<int64_t>>
+checkProgram(const MovementProgram &program) {
   const std::vector<MovementValue> &values = program.values;
   if (program.results.size() != program.resultLayouts.size())
     return error("one declared layout per result is needed");
-
-  // Check that the layouts line up before anything runs: a buffer handed on
-  // to a transfer, a constraint or a result must be the tile each device is
-  // expected to hold there, or the run would compare the wrong bytes.
   std::set<int64_t> deviceSet;
   auto addDevices = [&](const planner::TensorLayout &layout) {
     for (int64_t p = 0, e = layout.numDevices(); p < e; ++p)
@@ -227,24 +228,24 @@ execution::runMovement(const MovementProgram &program,
   for (size_t v = 0; v < values.size(); ++v) {
     const MovementValue &value = values[v];
     addDevices(value.layout);
+    auto fail = [&](const llvm::Twine &what) {
+      return error("value #" + llvm::Twine(v) + what);
+    };
     if (value.kind == MovementValue::Kind::Argument) {
       if (value.argument < 0)
-        return error("value #" + llvm::Twine(v) + " has no argument number");
+        return fail(" has no argument number");
       continue;
     }
     if (value.input < 0 || value.input >= static_cast<int64_t>(v))
-      return error("value #" + llvm::Twine(v) +
-                   " reads a value that does not come before it");
+      return fail(" reads a value that does not come before it");
     const MovementValue &input = values[value.input];
     if (input.elementType != value.elementType)
-      return error("value #" + llvm::Twine(v) +
-                   " changes the element type of its input");
+      return fail(" changes the element type of its input");
     if (value.kind == MovementValue::Kind::Alias) {
       if (!sameTiles(input.layout, value.layout))
-        return error("value #" + llvm::Twine(v) + " constrains " +
-                     planner::describe(input.layout) + " to " +
-                     planner::describe(value.layout) +
-                     ", which places other tiles, without a transfer");
+        return fail(" constrains " + planner::describe(input.layout) + " to " +
+                    planner::describe(value.layout) +
+                    ", which places other tiles, without a transfer");
       continue;
     }
     if (!value.plan || !value.source)
@@ -266,131 +267,171 @@ execution::runMovement(const MovementProgram &program,
                    planner::describe(program.resultLayouts[r]) +
                    " but its value is " + planner::describe(values[v].layout));
   }
+  return std::vector<int64_t>(deviceSet.begin(), deviceSet.end());
+}
 
-  MovementRun run;
-  std::vector<int64_t> devices(deviceSet.begin(), deviceSet.end());
-  run.numDevices = static_cast<int64_t>(devices.size());
-  // Nothing to place (no arguments, no results): nothing runs, nothing
-  // can differ.
-  if (devices.empty())
-    return run;
-
-  // Prepare every plan once; device threads share the executors.
+/// Every plan prepared once (device threads share the executors), with
+/// the bytes they move added to `bytesMoved`.
+llvm::Expected<std::vector<std::optional<runtime::PlanExecutor>>>
+prepareExecutors(const std::vector<MovementValue> &values,
+                 int64_t &bytesMoved) {
   std::vector<std::optional<runtime::PlanExecutor>> executors(values.size());
   for (size_t v = 0; v < values.size(); ++v) {
     const MovementValue &value = values[v];
     if (value.kind != MovementValue::Kind::Transfer)
       continue;
+    bytesMoved += value.plan->bytesMoved;
     // A tensor without elements has nothing to move. Its plan is empty,
     // and may be marked identity across meshes whose devices differ (every
     // box is empty, so every layout is equivalent), which the executor
     // would refuse: no device has the other's tile to copy in place.
-    const std::vector<int64_t> &shape = value.layout.shape();
-    if (std::find(shape.begin(), shape.end(), 0) != shape.end()) {
-      run.bytesMoved += value.plan->bytesMoved;
+    if (llvm::is_contained(value.layout.shape(), 0))
       continue;
-    }
     absl::StatusOr<runtime::PlanExecutor> executor =
         runtime::PlanExecutor::create(*value.plan, *value.source, value.layout);
     if (!executor.ok())
       return error("transfer value #" + llvm::Twine(v) + ": " +
                    std::string(executor.status().message()));
     executors[v] = std::move(*executor);
-    run.bytesMoved += value.plan->bytesMoved;
   }
+  return std::move(executors);
+}
 
-  // Every tile is allocated (and inputs filled) here, so device threads only
-  // read and write their own tiles. Aliases share their input's tiles; a
-  // plan that reduces in place gets a scratch copy of its input, so the
-  // partials stay intact for the input's other uses.
-  std::vector<std::shared_ptr<Tiles>> tilesOf(values.size());
-  std::vector<std::unique_ptr<Tiles>> scratchOf(values.size());
-  for (size_t v = 0; v < values.size(); ++v) {
-    const MovementValue &value = values[v];
-    switch (value.kind) {
-    case MovementValue::Kind::Argument:
-      tilesOf[v] = std::make_shared<Tiles>(
-          makeShardedInput(value.elementType, value.layout,
-                           static_cast<uint32_t>(value.argument))
-              .tiles);
-      break;
-    case MovementValue::Kind::Alias:
-      tilesOf[v] = tilesOf[value.input];
-      break;
-    case MovementValue::Kind::Transfer:
-      tilesOf[v] =
-          std::make_shared<Tiles>(zeroTiles(value.elementType, value.layout));
-      if (value.plan->reducesInPlace)
-        scratchOf[v] = std::make_unique<Tiles>(
-            zeroTiles(value.elementType, *value.source));
-      break;
+/// Every value's tiles, allocated (and inputs filled) before the run, so
+/// device threads only read and write their own tiles. Aliases share their
+/// input's tiles; a plan that reduces in place gets a scratch copy of its
+/// input, so the partials stay intact for the input's other uses.
+struct ProgramTiles {
+  std::vector<std::shared_ptr<Tiles>> of;
+  std::vector<std::unique_ptr<Tiles>> scratch;
+
+  explicit ProgramTiles(const std::vector<MovementValue> &values)
+      : of(values.size()), scratch(values.size()) {
+    for (size_t v = 0; v < values.size(); ++v) {
+      const MovementValue &value = values[v];
+      switch (value.kind) {
+      case MovementValue::Kind::Argument:
+        of[v] = std::make_shared<Tiles>(
+            makeShardedInput(value.elementType, value.layout,
+                             static_cast<uint32_t>(value.argument))
+                .tiles);
+        break;
+      case MovementValue::Kind::Alias:
+        of[v] = of[value.input];
+        break;
+      case MovementValue::Kind::Transfer:
+        of[v] =
+            std::make_shared<Tiles>(zeroTiles(value.elementType, value.layout));
+        if (value.plan->reducesInPlace)
+          scratch[v] = std::make_unique<Tiles>(
+              zeroTiles(value.elementType, *value.source));
+        break;
+      }
     }
   }
+};
 
-  std::unique_ptr<runtime::Backend> backend;
+llvm::Expected<std::unique_ptr<runtime::Backend>>
+createBackend(const BackendFactory &makeBackend,
+              const std::vector<int64_t> &devices) {
   if (makeBackend) {
     absl::StatusOr<std::unique_ptr<runtime::Backend>> created =
         makeBackend(devices);
     if (!created.ok())
       return error(std::string(created.status().message()));
-    backend = std::move(*created);
-  } else {
-    absl::StatusOr<std::unique_ptr<runtime::LoopbackBackend>> created =
-        runtime::LoopbackBackend::create(devices);
-    if (!created.ok())
-      return error(std::string(created.status().message()));
-    backend = std::move(*created);
+    return std::move(*created);
   }
+  absl::StatusOr<std::unique_ptr<runtime::LoopbackBackend>> created =
+      runtime::LoopbackBackend::create(devices);
+  if (!created.ok())
+    return error(std::string(created.status().message()));
+  return std::unique_ptr<runtime::Backend>(std::move(*created));
+}
 
-  // Every device runs every transfer in program order, so all of them make
-  // their collective calls in the same order (the plans name the peers).
-  auto runDevice = [&](int64_t device) -> absl::Status {
-    for (size_t v = 0; v < values.size(); ++v) {
-      if (!executors[v])
-        continue;
-      const MovementValue &value = values[v];
-      void *source = dataOf(*tilesOf[value.input], device);
-      if (scratchOf[v]) {
-        void *scratch = dataOf(*scratchOf[v], device);
-        if (scratch)
-          std::memcpy(scratch, source,
-                      scratchOf[v]->at(device).getSizeInBytes());
-        source = scratch;
-      }
-      runtime::DeviceBuffers buffers;
-      buffers.source = source;
-      buffers.destination = dataOf(*tilesOf[v], device);
-      buffers.elementBytes = elementSize(value.elementType);
-      buffers.dtype = toDataType(value.elementType);
-      absl::StatusOr<runtime::ExecutionStats> stats =
-          executors[v]->runOnDevice(*backend, device, buffers);
-      if (!stats.ok())
-        return absl::Status(stats.status().code(),
-                            "transfer value #" + std::to_string(v) + ": " +
-                                std::string(stats.status().message()));
+/// Device `device`'s share of every transfer, in program order, so that
+/// every device makes its collective calls in the same order (the plans
+/// name the peers).
+absl::Status
+runOnDevice(int64_t device, const std::vector<MovementValue> &values,
+            std::vector<std::optional<runtime::PlanExecutor>> &executors,
+            ProgramTiles &tiles, runtime::Backend &backend) {
+  for (size_t v = 0; v < values.size(); ++v) {
+    if (!executors[v])
+      continue;
+    const MovementValue &value = values[v];
+    void *source = dataOf(*tiles.of[value.input], device);
+    if (tiles.scratch[v]) {
+      void *scratch = dataOf(*tiles.scratch[v], device);
+      if (scratch)
+        std::memcpy(scratch, source,
+                    tiles.scratch[v]->at(device).getSizeInBytes());
+      source = scratch;
     }
-    return absl::OkStatus();
-  };
+    runtime::DeviceBuffers buffers;
+    buffers.source = source;
+    buffers.destination = dataOf(*tiles.of[v], device);
+    buffers.elementBytes = elementSize(value.elementType);
+    buffers.dtype = toDataType(value.elementType);
+    absl::StatusOr<runtime::ExecutionStats> stats =
+        executors[v]->runOnDevice(backend, device, buffers);
+    if (!stats.ok())
+      return absl::Status(stats.status().code(),
+                          "transfer value #" + std::to_string(v) + ": " +
+                              std::string(stats.status().message()));
+  }
+  return absl::OkStatus();
+}
+
+/// The tiles of the returned values under the declared layouts. The last
+/// result that reads a value's tiles takes them; earlier ones (a value
+/// returned twice, or an argument's tiles) copy.
+std::vector<ShardedTensor> takeResults(const MovementProgram &program,
+                                       ProgramTiles &tiles) {
+  std::vector<ShardedTensor> results;
+  for (size_t r = 0; r < program.results.size(); ++r) {
+    const MovementValue &value = program.values[program.results[r]];
+    std::shared_ptr<Tiles> &taken = tiles.of[program.results[r]];
+    bool readLater = false;
+    for (size_t later = r + 1; later < program.results.size(); ++later)
+      readLater |= tiles.of[program.results[later]] == taken;
+    results.push_back(
+        ShardedTensor{value.elementType, program.resultLayouts[r],
+                      readLater ? Tiles(*taken) : std::move(*taken)});
+  }
+  return results;
+}
+
+} // namespace
+
+llvm::Expected<MovementRun>
+execution::runMovement(const MovementProgram &program,
+                       const BackendFactory &makeBackend) {
+  llvm::Expected<std::vector<int64_t>> devices = checkProgram(program);
+  if (!devices)
+    return devices.takeError();
+  MovementRun run;
+  run.numDevices = static_cast<int64_t>(devices->size());
+  // Nothing to place (no arguments, no results): nothing runs, nothing
+  // can differ.
+  if (devices->empty())
+    return run;
+  auto executors = prepareExecutors(program.values, run.bytesMoved);
+  if (!executors)
+    return executors.takeError();
+  ProgramTiles tiles(program.values);
+  llvm::Expected<std::unique_ptr<runtime::Backend>> backend =
+      createBackend(makeBackend, *devices);
+  if (!backend)
+    return backend.takeError();
   auto start = std::chrono::steady_clock::now();
-  absl::Status status = runtime::runOnDevices(*backend, runDevice);
+  absl::Status status = runtime::runOnDevices(**backend, [&](int64_t device) {
+    return runOnDevice(device, program.values, *executors, tiles, **backend);
+  });
   auto stop = std::chrono::steady_clock::now();
   if (!status.ok())
     return error(std::string(status.message()));
   run.wallMs = std::chrono::duration<double, std::milli>(stop - start).count();
-
-  // Results: the tiles of the returned values under the declared layouts.
-  // The last result that reads a value's tiles takes them; earlier ones
-  // (a value returned twice, or an argument's tiles) copy.
-  for (size_t r = 0; r < program.results.size(); ++r) {
-    const MovementValue &value = values[program.results[r]];
-    std::shared_ptr<Tiles> &tiles = tilesOf[program.results[r]];
-    bool readLater = false;
-    for (size_t later = r + 1; later < program.results.size(); ++later)
-      readLater |= tilesOf[program.results[later]] == tiles;
-    run.results.push_back(
-        ShardedTensor{value.elementType, program.resultLayouts[r],
-                      readLater ? Tiles(*tiles) : std::move(*tiles)});
-  }
+  run.results = takeResults(program, tiles);
   return run;
 }
 
