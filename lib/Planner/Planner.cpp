@@ -1166,131 +1166,152 @@ bool isReduction(StepKind kind) {
   return kind == StepKind::AllReduce || kind == StepKind::ReduceScatter;
 }
 
-/// Assigns the steps of one phase to chunks so that no device stages more
-/// than `limit` bytes in any chunk, splitting steps as needed. Returns the
-/// chunked steps (chunk indices from `firstChunk`) and sets `nextChunk` past
-/// the last chunk used.
-absl::StatusOr<std::vector<Step>>
-chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
-           const DeviceIndex &index, Classifier &classifier, int64_t firstChunk,
-           int64_t &nextChunk, PlanBudget &budget) {
-  if (steps.empty()) {
-    nextChunk = firstChunk;
-    return steps;
-  }
-  if (limit == 0) {
-    for (Step &step : steps)
-      step.chunk = firstChunk;
-    nextChunk = firstChunk + 1;
-    return steps;
-  }
+/// Assigns the steps of one phase to chunks by next-fit per device: each
+/// device's cursor is the last chunk it uses and the staging bytes it has
+/// there. A unit goes to the earliest chunk at or after its devices'
+/// cursors where it fits for every device, so a unit never runs before a
+/// unit placed earlier on a shared device.
+class StepChunker {
+public:
+  StepChunker(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
+              const DeviceIndex &index, PlanBudget &budget)
+      : steps(std::move(steps)), limit(limit), elementBytes(elementBytes),
+        index(index), budget(budget), cursorChunk(index.size(), 0),
+        cursorBytes(index.size(), 0), usage(index.size()),
+        split(this->steps.size(), 0), fallback(this->steps.size(), 0) {}
 
-  // Next-fit per device: each device's cursor is the last chunk it uses and
-  // the staging bytes it has there. A unit goes to the earliest chunk at or
-  // after its devices' cursors where it fits for every device, so a unit
-  // never runs before a unit placed earlier on a shared device.
-  std::vector<int64_t> cursorChunk(index.size(), 0),
-      cursorBytes(index.size(), 0);
-  DenseCounter usage(index.size());
-  auto stage = [&](const Transfer &transfer) {
+  /// Places every step (splitting those over the limit).
+  absl::Status place();
+  /// The chunked steps, chunk indices from `firstChunk`; sets `nextChunk`
+  /// past the last chunk used.
+  std::vector<Step> collect(Classifier &classifier, int64_t firstChunk,
+                            int64_t &nextChunk);
+
+private:
+  /// Adds `transfer`'s staging to its devices' usage.
+  void stage(const Transfer &transfer) {
     if (transfer.isLocal())
       return;
     usage[index.at(transfer.srcDevice)] += transfer.bytes;
     for (int64_t id : transfer.dstDevices)
       usage[index.at(id)] += transfer.bytes;
-  };
-  // (chunk, step) -> that step's transfers in that chunk.
+  }
+  /// Places one unit (some transfers of step `stepIndex`) at the earliest
+  /// chunk it fits.
+  void placeUnit(size_t stepIndex, std::vector<Transfer> transfers);
+  /// A step over the limit, split into units.
+  absl::Status placeSplit(size_t stepIndex);
+
+  std::vector<Step> steps;
+  int64_t limit, elementBytes;
+  const DeviceIndex &index;
+  PlanBudget &budget;
+  std::vector<int64_t> cursorChunk, cursorBytes;
+  DenseCounter usage;
+  /// (chunk, step) -> that step's transfers in that chunk.
   std::map<std::pair<int64_t, size_t>, std::vector<Transfer>> portions;
-  std::vector<char> split(steps.size(), 0), fallback(steps.size(), 0);
+  std::vector<char> split, fallback;
   int64_t lastChunk = 0;
+};
 
-  auto place = [&](size_t stepIndex, std::vector<Transfer> transfers) {
-    usage.clear();
-    for (const Transfer &transfer : transfers)
-      stage(transfer);
-    int64_t chunk = 0;
-    for (int32_t d : usage.entries())
-      chunk = std::max(chunk, cursorChunk[d]);
-    for (int32_t d : usage.entries())
-      if (cursorChunk[d] == chunk && cursorBytes[d] + usage[d] > limit) {
-        ++chunk;
-        break;
-      }
-    for (int32_t d : usage.entries()) {
-      if (cursorChunk[d] != chunk)
-        cursorBytes[d] = 0;
-      cursorChunk[d] = chunk;
-      cursorBytes[d] += usage[d];
+void StepChunker::placeUnit(size_t stepIndex, std::vector<Transfer> transfers) {
+  usage.clear();
+  for (const Transfer &transfer : transfers)
+    stage(transfer);
+  int64_t chunk = 0;
+  for (int32_t d : usage.entries())
+    chunk = std::max(chunk, cursorChunk[d]);
+  for (int32_t d : usage.entries())
+    if (cursorChunk[d] == chunk && cursorBytes[d] + usage[d] > limit) {
+      ++chunk;
+      break;
     }
-    lastChunk = std::max(lastChunk, chunk);
-    std::vector<Transfer> &portion = portions[{chunk, stepIndex}];
-    for (Transfer &transfer : transfers)
-      portion.push_back(std::move(transfer));
-  };
+  for (int32_t d : usage.entries()) {
+    if (cursorChunk[d] != chunk)
+      cursorBytes[d] = 0;
+    cursorChunk[d] = chunk;
+    cursorBytes[d] += usage[d];
+  }
+  lastChunk = std::max(lastChunk, chunk);
+  std::vector<Transfer> &portion = portions[{chunk, stepIndex}];
+  for (Transfer &transfer : transfers)
+    portion.push_back(std::move(transfer));
+}
 
+absl::Status StepChunker::placeSplit(size_t s) {
+  Step &step = steps[s];
+  split[s] = 1;
+  // Uniform split: part j takes sub-box j of every transfer, so each part
+  // keeps the step's pattern (and a reduction stays self-contained: both
+  // phases of the same sub-boxes). A device with r roles (one per box it
+  // packs or unpacks) stages at most r * maxElements elements per part.
+  usage.clear();
+  int64_t maxRoles = 0;
+  for (const Transfer &transfer : step.transfers) {
+    maxRoles = std::max(maxRoles, ++usage[index.at(transfer.srcDevice)]);
+    for (int64_t id : transfer.dstDevices)
+      maxRoles = std::max(maxRoles, ++usage[index.at(id)]);
+  }
+  int64_t maxElements = limit / (elementBytes * maxRoles);
+  // Each transfer becomes as many as its box has parts: count them before
+  // making them.
+  int64_t partSize = maxElements >= 1 ? maxElements : limit / elementBytes;
+  for (const Transfer &transfer : step.transfers) {
+    int64_t extra = splitBoxCount(transfer.box, partSize) - 1;
+    if (extra > 0 &&
+        !budget.add(extra,
+                    saturatingMul(extra, static_cast<int64_t>(
+                                             transfer.dstDevices.size()))))
+      return budget.error();
+  }
+  if (maxElements >= 1) {
+    std::vector<std::vector<Box>> subBoxes;
+    size_t numParts = 0;
+    for (const Transfer &transfer : step.transfers) {
+      subBoxes.push_back(splitBox(transfer.box, maxElements));
+      numParts = std::max(numParts, subBoxes.back().size());
+    }
+    for (size_t j = 0; j < numParts; ++j) {
+      std::vector<Transfer> part;
+      for (size_t t = 0; t < step.transfers.size(); ++t)
+        if (j < subBoxes[t].size())
+          part.push_back(withBox(step.transfers[t], std::move(subBoxes[t][j]),
+                                 elementBytes));
+      placeUnit(s, std::move(part));
+    }
+    return absl::OkStatus();
+  }
+  // Too many peers for a uniform split: move transfer by transfer. A
+  // reduction stays correct because units are placed in step order (phase
+  // 0 before phase 1) and never before an earlier unit on a shared device;
+  // its pieces are then grouped send/recv that accumulate.
+  fallback[s] = 1;
+  for (const Transfer &transfer : step.transfers)
+    for (Box &box : splitBox(transfer.box, limit / elementBytes))
+      placeUnit(s, {withBox(transfer, std::move(box), elementBytes)});
+  return absl::OkStatus();
+}
+
+absl::Status StepChunker::place() {
   for (size_t s = 0; s < steps.size(); ++s) {
-    Step &step = steps[s];
     usage.clear();
-    for (const Transfer &transfer : step.transfers)
+    for (const Transfer &transfer : steps[s].transfers)
       stage(transfer);
     int64_t peak = 0;
     for (int32_t d : usage.entries())
       peak = std::max(peak, usage[d]);
     if (peak <= limit) {
-      place(s, std::move(step.transfers));
+      placeUnit(s, std::move(steps[s].transfers));
       continue;
     }
-    split[s] = 1;
-    // Uniform split: part j takes sub-box j of every transfer, so each part
-    // keeps the step's pattern (and a reduction stays self-contained: both
-    // phases of the same sub-boxes). A device with r roles (one per box it
-    // packs or unpacks) stages at most r * maxElements elements per part.
-    usage.clear();
-    int64_t maxRoles = 0;
-    for (const Transfer &transfer : step.transfers) {
-      maxRoles = std::max(maxRoles, ++usage[index.at(transfer.srcDevice)]);
-      for (int64_t id : transfer.dstDevices)
-        maxRoles = std::max(maxRoles, ++usage[index.at(id)]);
-    }
-    int64_t maxElements = limit / (elementBytes * maxRoles);
-    // Each transfer becomes as many as its box has parts: count them before
-    // making them.
-    int64_t partSize = maxElements >= 1 ? maxElements : limit / elementBytes;
-    for (const Transfer &transfer : step.transfers) {
-      int64_t extra = splitBoxCount(transfer.box, partSize) - 1;
-      if (extra > 0 &&
-          !budget.add(extra,
-                      saturatingMul(extra, static_cast<int64_t>(
-                                               transfer.dstDevices.size()))))
-        return budget.error();
-    }
-    if (maxElements >= 1) {
-      std::vector<std::vector<Box>> subBoxes;
-      size_t numParts = 0;
-      for (const Transfer &transfer : step.transfers) {
-        subBoxes.push_back(splitBox(transfer.box, maxElements));
-        numParts = std::max(numParts, subBoxes.back().size());
-      }
-      for (size_t j = 0; j < numParts; ++j) {
-        std::vector<Transfer> part;
-        for (size_t t = 0; t < step.transfers.size(); ++t)
-          if (j < subBoxes[t].size())
-            part.push_back(withBox(step.transfers[t], std::move(subBoxes[t][j]),
-                                   elementBytes));
-        place(s, std::move(part));
-      }
-      continue;
-    }
-    // Too many peers for a uniform split: move transfer by transfer. A
-    // reduction stays correct because units are placed in step order (phase
-    // 0 before phase 1) and never before an earlier unit on a shared device;
-    // its pieces are then grouped send/recv that accumulate.
-    fallback[s] = 1;
-    for (const Transfer &transfer : step.transfers)
-      for (Box &box : splitBox(transfer.box, limit / elementBytes))
-        place(s, {withBox(transfer, std::move(box), elementBytes)});
+    if (absl::Status status = placeSplit(s); !status.ok())
+      return status;
   }
+  return absl::OkStatus();
+}
 
+std::vector<Step> StepChunker::collect(Classifier &classifier,
+                                       int64_t firstChunk, int64_t &nextChunk) {
   std::vector<Step> chunked;
   for (auto &[key, transfers] : portions) {
     auto [chunk, stepIndex] = key;
@@ -1315,6 +1336,30 @@ chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
   }
   nextChunk = firstChunk + lastChunk + 1;
   return chunked;
+}
+
+/// Assigns the steps of one phase to chunks so that no device stages more
+/// than `limit` bytes in any chunk, splitting steps as needed. Returns the
+/// chunked steps (chunk indices from `firstChunk`) and sets `nextChunk` past
+/// the last chunk used.
+absl::StatusOr<std::vector<Step>>
+chunkSteps(std::vector<Step> steps, int64_t limit, int64_t elementBytes,
+           const DeviceIndex &index, Classifier &classifier, int64_t firstChunk,
+           int64_t &nextChunk, PlanBudget &budget) {
+  if (steps.empty()) {
+    nextChunk = firstChunk;
+    return steps;
+  }
+  if (limit == 0) {
+    for (Step &step : steps)
+      step.chunk = firstChunk;
+    nextChunk = firstChunk + 1;
+    return steps;
+  }
+  StepChunker chunker(std::move(steps), limit, elementBytes, index, budget);
+  if (absl::Status status = chunker.place(); !status.ok())
+    return status;
+  return chunker.collect(classifier, firstChunk, nextChunk);
 }
 
 /// A cheap necessary condition for TensorLayout::isDeviceEquivalent: the two
