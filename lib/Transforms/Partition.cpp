@@ -125,6 +125,10 @@ private:
                            ArrayRef<int64_t> classDevices);
   LogicalResult partitionBlock(Block &block, OpBuilder &builder,
                                IRMapping &mapping);
+  Value partitionConstant(arith::ConstantOp constant, OpBuilder &builder);
+  bool skipsEmptyOp(Operation &op, OpBuilder &builder, IRMapping &mapping);
+  LogicalResult checkPartialSumInits(Operation &op);
+  void localizeShapes(Operation &op, Operation *copy, OpBuilder &builder);
   LogicalResult partitionControlFlow(Operation &op, OpBuilder &builder,
                                      IRMapping &mapping);
   LogicalResult checkDecisions(Operation &op);
@@ -479,13 +483,119 @@ LogicalResult FunctionPartitioner::globalizeIndices(Operation &op,
   return success();
 }
 
+/// A tensor constant's local form: a copy where the tile is the whole
+/// tensor, a smaller splat, else a slice at the device's offsets (read
+/// from a table indexed by its position).
+Value FunctionPartitioner::partitionConstant(arith::ConstantOp constant,
+                                             OpBuilder &builder) {
+  Location loc = constant.getLoc();
+  auto global = cast<RankedTensorType>(constant.getType());
+  RankedTensorType type = localType(constant.getResult(), representative);
+  auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
+  if (type != global && dense && dense.isSplat())
+    return arith::ConstantOp::create(builder, loc, type,
+                                     dense.resizeSplat(type));
+  Value table;
+  if (type != global) {
+    const ValueInfo &info = infos[infoOf.lookup(constant.getResult())];
+    table = positionTable(builder, loc, info.lo, global.getRank());
+  }
+  Operation *copy = builder.clone(*constant);
+  copy->removeAttr(PolymeshDialect::kShardingAttrName);
+  Value full = copy->getResult(0);
+  if (type == global)
+    return full;
+  SmallVector<OpFoldResult> offsets, sizes, strides;
+  for (int64_t d = 0; d < global.getRank(); ++d) {
+    offsets.push_back(tableLookup(builder, loc, table, position, d));
+    sizes.push_back(builder.getIndexAttr(type.getDimSize(d)));
+    strides.push_back(builder.getIndexAttr(1));
+  }
+  return tensor::ExtractSliceOp::create(builder, loc, type, full, offsets,
+                                        sizes, strides);
+}
+
+/// Devices that hold nothing of an op's results (they lie outside its
+/// mesh) do not run it: its local form would have zero-size operands that
+/// some ops refuse (tosa) or index out of bounds (extract_slice with static
+/// offsets), and there is nothing to compute.
+bool FunctionPartitioner::skipsEmptyOp(Operation &op, OpBuilder &builder,
+                                       IRMapping &mapping) {
+  if (op.getNumResults() == 0 || !isMemoryEffectFree(&op) ||
+      !llvm::all_of(op.getResults(), [&](Value result) {
+        return isa<RankedTensorType>(result.getType()) &&
+               localType(result, representative).getNumElements() == 0;
+      }))
+    return false;
+  for (Value result : op.getResults())
+    mapping.map(result,
+                tensor::EmptyOp::create(
+                    builder, op.getLoc(),
+                    localType(result, representative).getShape(),
+                    cast<RankedTensorType>(result.getType()).getElementType()));
+  return true;
+}
+
+/// A partial sum must start from zero everywhere but once per reduction
+/// group; an init that is not zero would be counted once per member.
+LogicalResult FunctionPartitioner::checkPartialSumInits(Operation &op) {
+  auto dps = dyn_cast<DestinationStyleOpInterface>(op);
+  if (!dps)
+    return success();
+  for (OpResult result : op.getResults()) {
+    ShardingAttr sharding = shardingOf(&op, result.getResultNumber());
+    if (!sharding || sharding.getUnreduced().empty())
+      continue;
+    if (!isZero(dps.getDpsInits()[result.getResultNumber()]))
+      return op.emitError()
+             << "cannot be partitioned: its result is a partial sum "
+                "(unreduced) but its init is not zero; make the init a zero "
+                "fill and add the init after the reduction";
+  }
+  return success();
+}
+
+/// Gives a cloned op's results their tiles' types, and the attributes and
+/// operands that spell out shapes their local values.
+void FunctionPartitioner::localizeShapes(Operation &op, Operation *copy,
+                                         OpBuilder &builder) {
+  for (OpResult result : copy->getResults()) {
+    Value original = op.getResult(result.getResultNumber());
+    if (isa<RankedTensorType>(original.getType()))
+      result.setType(localType(original, representative));
+  }
+  if (auto expand = dyn_cast<tensor::ExpandShapeOp>(copy))
+    expand.setStaticOutputShape(
+        builder.getDenseI64ArrayAttr(expand.getResultType().getShape()));
+  // A dimension a slice takes (or an insert writes) whole may be split: its
+  // size is the tile's. The others are replicated and keep theirs.
+  if (auto slice = dyn_cast<tensor::ExtractSliceOp>(copy))
+    slice.setStaticSizes(localSliceSizes(slice.getStaticSizes(),
+                                         slice.getDroppedDims(),
+                                         slice.getResultType().getShape()));
+  if (auto insert = dyn_cast<tensor::InsertSliceOp>(copy))
+    insert.setStaticSizes(localSliceSizes(
+        insert.getStaticSizes(), insert.getDroppedDims(),
+        cast<RankedTensorType>(insert.getSource().getType()).getShape()));
+  if (auto reshape = dyn_cast<tosa::ReshapeOp>(copy)) {
+    // The target shape is an operand: give the local one.
+    ArrayRef<int64_t> shape =
+        cast<RankedTensorType>(reshape.getType()).getShape();
+    OpBuilder shapeBuilder(reshape);
+    Value localShape = tosa::ConstShapeOp::create(
+        shapeBuilder, reshape.getLoc(),
+        tosa::shapeType::get(function.getContext(), shape.size()),
+        shapeBuilder.getIndexTensorAttr(shape));
+    reshape->setOperand(1, localShape);
+  }
+}
+
 /// Partitions the ops of `source` into the builder's block for the class
 /// being built: tensors take their tiles' types, transfers become
 /// exchanges, control flow is partitioned region by region.
 LogicalResult FunctionPartitioner::partitionBlock(Block &source,
                                                   OpBuilder &builder,
                                                   IRMapping &mapping) {
-  MLIRContext *context = function.getContext();
   for (Operation &op : source) {
     Location opLoc = op.getLoc();
     if (auto ret = dyn_cast<func::ReturnOp>(op)) {
@@ -516,113 +626,25 @@ LogicalResult FunctionPartitioner::partitionBlock(Block &source,
     }
     if (auto constant = dyn_cast<arith::ConstantOp>(op);
         constant && isa<RankedTensorType>(constant.getType())) {
-      auto global = cast<RankedTensorType>(constant.getType());
-      RankedTensorType type = localType(constant.getResult(), representative);
-      auto dense = dyn_cast<DenseElementsAttr>(constant.getValue());
-      Value replacement;
-      if (type == global) {
-        Operation *copy = builder.clone(op);
-        copy->removeAttr(PolymeshDialect::kShardingAttrName);
-        replacement = copy->getResult(0);
-      } else if (dense && dense.isSplat()) {
-        replacement = arith::ConstantOp::create(builder, opLoc, type,
-                                                dense.resizeSplat(type));
-      } else {
-        // Each device slices its tile out of the global constant; the
-        // offsets come from a table indexed by the device's position.
-        const ValueInfo &info = infos[infoOf.lookup(constant.getResult())];
-        int64_t rank = global.getRank();
-        Value table = positionTable(builder, opLoc, info.lo, rank);
-        Operation *copy = builder.clone(op);
-        copy->removeAttr(PolymeshDialect::kShardingAttrName);
-        Value full = copy->getResult(0);
-        SmallVector<OpFoldResult> dynamicOffsets, sizes, strides;
-        for (int64_t d = 0; d < rank; ++d) {
-          dynamicOffsets.push_back(
-              tableLookup(builder, opLoc, table, position, d));
-          sizes.push_back(builder.getIndexAttr(type.getDimSize(d)));
-          strides.push_back(builder.getIndexAttr(1));
-        }
-        replacement = tensor::ExtractSliceOp::create(
-            builder, opLoc, type, full, dynamicOffsets, sizes, strides);
-      }
-      mapping.map(constant.getResult(), replacement);
+      mapping.map(constant.getResult(), partitionConstant(constant, builder));
       continue;
     }
-    // Devices that hold nothing of an op's results (they lie outside its
-    // mesh) do not run it: its local form would have zero-size operands
-    // that some ops refuse (tosa) or index out of bounds (extract_slice
-    // with static offsets), and there is nothing to compute.
-    if (op.getNumResults() > 0 && isMemoryEffectFree(&op) &&
-        llvm::all_of(op.getResults(), [&](Value result) {
-          return isa<RankedTensorType>(result.getType()) &&
-                 localType(result, representative).getNumElements() == 0;
-        })) {
-      for (Value result : op.getResults())
-        mapping.map(
-            result,
-            tensor::EmptyOp::create(
-                builder, opLoc, localType(result, representative).getShape(),
-                cast<RankedTensorType>(result.getType()).getElementType()));
+    if (skipsEmptyOp(op, builder, mapping))
       continue;
-    }
     if (isControlFlow(op)) {
       if (failed(partitionControlFlow(op, builder, mapping)))
         return failure();
       continue;
     }
-    // A partial sum must start from zero everywhere but once per reduction
-    // group; an init that is not zero would be counted once per member.
-    if (auto dps = dyn_cast<DestinationStyleOpInterface>(op)) {
-      for (OpResult result : op.getResults()) {
-        ShardingAttr sharding = shardingOf(&op, result.getResultNumber());
-        if (!sharding || sharding.getUnreduced().empty())
-          continue;
-        Value init = dps.getDpsInits()[result.getResultNumber()];
-        if (!isZero(init))
-          return op.emitError()
-                 << "cannot be partitioned: its result is a partial sum "
-                    "(unreduced) but its init is not zero; make the init a "
-                    "zero fill and add the init after the reduction";
-      }
-    }
-    if (op.getNumRegions() != 0 && failed(checkCaptured(op)))
+    if (failed(checkPartialSumInits(op)) ||
+        (op.getNumRegions() != 0 && failed(checkCaptured(op))))
       return failure();
-
     Operation *copy = builder.clone(op, mapping);
     copy->removeAttr(PolymeshDialect::kShardingAttrName);
     if (failed(globalizeIndices(op, copy, builder, position)))
       return failure();
     localizeAlignedReads(op, copy, builder, mapping);
-    for (OpResult result : copy->getResults()) {
-      Value original = op.getResult(result.getResultNumber());
-      if (isa<RankedTensorType>(original.getType()))
-        result.setType(localType(original, representative));
-    }
-    if (auto expand = dyn_cast<tensor::ExpandShapeOp>(copy))
-      expand.setStaticOutputShape(
-          builder.getDenseI64ArrayAttr(expand.getResultType().getShape()));
-    // A dimension a slice takes (or an insert writes) whole may be split:
-    // its size is the tile's. The others are replicated and keep theirs.
-    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(copy))
-      slice.setStaticSizes(localSliceSizes(slice.getStaticSizes(),
-                                           slice.getDroppedDims(),
-                                           slice.getResultType().getShape()));
-    if (auto insert = dyn_cast<tensor::InsertSliceOp>(copy))
-      insert.setStaticSizes(localSliceSizes(
-          insert.getStaticSizes(), insert.getDroppedDims(),
-          cast<RankedTensorType>(insert.getSource().getType()).getShape()));
-    if (auto reshape = dyn_cast<tosa::ReshapeOp>(copy)) {
-      // The target shape is an operand: give the local one.
-      ArrayRef<int64_t> shape =
-          cast<RankedTensorType>(reshape.getType()).getShape();
-      OpBuilder shapeBuilder(reshape);
-      Value localShape = tosa::ConstShapeOp::create(
-          shapeBuilder, reshape.getLoc(),
-          tosa::shapeType::get(context, shape.size()),
-          shapeBuilder.getIndexTensorAttr(shape));
-      reshape->setOperand(1, localShape);
-    }
+    localizeShapes(op, copy, builder);
   }
   return success();
 }
