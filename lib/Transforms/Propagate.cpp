@@ -285,12 +285,20 @@ private:
   bool resolveGroups();
   bool propagateElementwise(Operation *op, const FactorRule &rule);
   bool resolve(Operation *op);
+  std::optional<SmallVector<std::pair<FlatSymbolRefAttr, Proposal>>>
+  candidatesFor(const FactorRule &rule);
+  bool scorePlacement(Operation *op, const FactorRule &rule,
+                      Placement &placement);
   bool resolveWithoutRule(Operation *op);
   bool applyAmbient(bool &failedOut);
   FlatSymbolRefAttr meshOfReshardUses(Value value);
   FlatSymbolRefAttr meshOfScalarReaders(Value value);
   void splitConcatLeaves();
   LogicalResult finalize();
+  bool finalizePlacement(Operation *op);
+  LogicalResult recordShardings(Operation *op, StringAttr shardingName);
+  void finalizeArguments();
+  void finalizeResults(Operation *terminator);
 
   std::optional<Placement> makePlacement(const FactorRule &rule,
                                          FlatSymbolRefAttr meshName,
@@ -1192,6 +1200,88 @@ void FunctionPropagator::reshardFeeders(Operation *op) {
 /// Places an op whose values disagree: every candidate placement is priced
 /// by the bytes its reshards move; the cheapest wins, then the more sharded,
 /// then the one whose text sorts first. Nothing depends on value positions.
+/// One candidate per value whose sharding is known (its proposal), and one
+/// per mesh for the merge of its values' proposals when they do not clash;
+/// nullopt when no value is known or a mesh is missing.
+std::optional<SmallVector<std::pair<FlatSymbolRefAttr, Proposal>>>
+FunctionPropagator::candidatesFor(const FactorRule &rule) {
+  SmallVector<std::pair<FlatSymbolRefAttr, Proposal>> candidates;
+  llvm::MapVector<Attribute, std::pair<Proposal, bool>> perMesh;
+  for (auto [index, value] : llvm::enumerate(rule.tensorValues)) {
+    ShardingAttr sharding = lookup(value);
+    if (!sharding)
+      continue;
+    MeshAttr mesh = getMesh(sharding.getMeshName());
+    if (!mesh)
+      return std::nullopt;
+    Proposal proposal = proposalOf(rule, index, sharding, mesh);
+    auto &[merged, clash] = perMesh
+                                .try_emplace(sharding.getMeshName().getAttr(),
+                                             emptyProposal(rule), false)
+                                .first->second;
+    mergeInto(merged, proposal, clash);
+    candidates.push_back({sharding.getMeshName(), std::move(proposal)});
+  }
+  if (candidates.empty())
+    return std::nullopt;
+  for (auto &[meshAttr, entry] : perMesh)
+    if (!entry.second)
+      candidates.push_back(
+          {FlatSymbolRefAttr::get(cast<StringAttr>(meshAttr)), entry.first});
+  return candidates;
+}
+
+/// Scores `placement` of `op`: what it would move (bytes, and the best
+/// priority among the dimensions it moves). Returns whether it places every
+/// known value as it is.
+bool FunctionPropagator::scorePlacement(Operation *op, const FactorRule &rule,
+                                        Placement &placement) {
+  bool consistent = true;
+  for (auto [index, value] : llvm::enumerate(rule.tensorValues)) {
+    ShardingAttr sharding = lookup(value);
+    if (!sharding || isSameLayout(sharding, placement.derived[index]))
+      continue;
+    consistent = false;
+    // Extending an open dimension is free: the value is computed that way.
+    if (extendOpen(sharding, placement.derived[index]))
+      continue;
+    // Axes that a better priority put on a dimension move last (every
+    // dimension counts when the value changes mesh). Splitting a dimension
+    // that has no axes takes nothing a priority decided, as in Shardy,
+    // where a closed empty dimension proposes nothing.
+    bool otherMesh =
+        sharding.getMeshName() != placement.derived[index].getMeshName();
+    for (auto [d, dims] : llvm::enumerate(
+             llvm::zip(sharding.getDims(), placement.derived[index].getDims())))
+      if (otherMesh ||
+          (!std::get<0>(dims).getAxes().empty() &&
+           std::get<0>(dims).getAxes() != std::get<1>(dims).getAxes()))
+        placement.movedPriority =
+            std::min(placement.movedPriority, priorityOf(value, d));
+    // A user-annotated op is computed as annotated: placements that would
+    // move its results come last.
+    if (index >= rule.numOperands && pinnedOps.contains(op))
+      placement.cost = saturatingAdd(placement.cost, kPinnedPenalty);
+    placement.cost = saturatingAdd(
+        placement.cost,
+        moveCost(sharding, placement.derived[index], value.getType()));
+  }
+  return consistent;
+}
+
+/// User priorities first (a placement that moves only dimensions of a worse
+/// priority wins), then bytes, then more shards, then the text (so that
+/// ties break the same way everywhere).
+bool isBetterPlacement(const Placement &a, const Placement &b) {
+  if (a.movedPriority != b.movedPriority)
+    return a.movedPriority > b.movedPriority;
+  if (a.cost != b.cost)
+    return a.cost < b.cost;
+  if (a.shards != b.shards)
+    return a.shards > b.shards;
+  return a.text < b.text;
+}
+
 bool FunctionPropagator::resolve(Operation *op) {
   if (isa<ShardingConstraintOp, ReshardOp, TransferOp, PropagationBarrierOp,
           ShardingGroupOp>(op) ||
@@ -1209,71 +1299,18 @@ bool FunctionPropagator::resolve(Operation *op) {
     return true;
   if (settled.contains(op))
     return false;
-
-  SmallVector<std::pair<FlatSymbolRefAttr, Proposal>> candidates;
-  llvm::MapVector<Attribute, std::pair<Proposal, bool>> perMesh;
-  bool anyKnown = false;
-  for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
-    ShardingAttr sharding = lookup(value);
-    if (!sharding)
-      continue;
-    anyKnown = true;
-    MeshAttr mesh = getMesh(sharding.getMeshName());
-    if (!mesh)
-      return false;
-    Proposal proposal = proposalOf(*rule, index, sharding, mesh);
-    auto &[merged, clash] = perMesh
-                                .try_emplace(sharding.getMeshName().getAttr(),
-                                             emptyProposal(*rule), false)
-                                .first->second;
-    mergeInto(merged, proposal, clash);
-    candidates.push_back({sharding.getMeshName(), std::move(proposal)});
-  }
-  if (!anyKnown)
+  auto candidates = candidatesFor(*rule);
+  if (!candidates)
     return false;
-  for (auto &[meshAttr, entry] : perMesh)
-    if (!entry.second)
-      candidates.push_back(
-          {FlatSymbolRefAttr::get(cast<StringAttr>(meshAttr)), entry.first});
 
   std::optional<Placement> best;
-  for (auto &[meshName, proposal] : candidates) {
+  for (auto &[meshName, proposal] : *candidates) {
     std::optional<Placement> placement =
         makePlacement(*rule, meshName, proposal.axes);
     if (!placement)
       continue;
     placement->factorPriorities = proposal.priorities;
-    bool consistent = true;
-    for (auto [index, value] : llvm::enumerate(rule->tensorValues)) {
-      ShardingAttr sharding = lookup(value);
-      if (!sharding || isSameLayout(sharding, placement->derived[index]))
-        continue;
-      consistent = false;
-      // Extending an open dimension is free: the value is computed that way.
-      if (extendOpen(sharding, placement->derived[index]))
-        continue;
-      // Axes that a better priority put on a dimension move last (every
-      // dimension counts when the value changes mesh). Splitting a
-      // dimension that has no axes takes nothing a priority decided, as in
-      // Shardy, where a closed empty dimension proposes nothing.
-      bool otherMesh =
-          sharding.getMeshName() != placement->derived[index].getMeshName();
-      for (auto [d, dims] : llvm::enumerate(llvm::zip(
-               sharding.getDims(), placement->derived[index].getDims())))
-        if (otherMesh ||
-            (!std::get<0>(dims).getAxes().empty() &&
-             std::get<0>(dims).getAxes() != std::get<1>(dims).getAxes()))
-          placement->movedPriority =
-              std::min(placement->movedPriority, priorityOf(value, d));
-      // A user-annotated op is computed as annotated: placements that
-      // would move its results come last.
-      if (index >= rule->numOperands && pinnedOps.contains(op))
-        placement->cost = saturatingAdd(placement->cost, kPinnedPenalty);
-      placement->cost = saturatingAdd(
-          placement->cost,
-          moveCost(sharding, placement->derived[index], value.getType()));
-    }
-    if (consistent) {
+    if (scorePlacement(op, *rule, *placement)) {
       // The op is already placed: only fill in what is missing. Its values
       // never change again, so it is not looked at again.
       settled.insert(op);
@@ -1288,18 +1325,7 @@ bool FunctionPropagator::resolve(Operation *op) {
     placement->text = placement->meshName.getValue().str();
     for (ShardingAttr derived : placement->derived)
       placement->text += toText(derived);
-    // User priorities first (a placement that moves only dimensions of a
-    // worse priority wins), then bytes.
-    auto better = [](const Placement &a, const Placement &b) {
-      if (a.movedPriority != b.movedPriority)
-        return a.movedPriority > b.movedPriority;
-      if (a.cost != b.cost)
-        return a.cost < b.cost;
-      if (a.shards != b.shards)
-        return a.shards > b.shards;
-      return a.text < b.text;
-    };
-    if (!best || better(*placement, *best))
+    if (!best || isBetterPlacement(*placement, *best))
       best = std::move(placement);
   }
   if (!best)
@@ -1671,99 +1697,95 @@ FlatSymbolRefAttr FunctionPropagator::meshOfScalarReaders(Value value) {
   return meshName && getMesh(meshName) ? meshName : FlatSymbolRefAttr();
 }
 
-LogicalResult FunctionPropagator::finalize() {
-  MLIRContext *context = function.getContext();
-  // Uniqued once, not once per op.
-  StringAttr shardingName =
-      StringAttr::get(context, PolymeshDialect::kShardingAttrName);
-  Operation *terminator = nullptr;
-  for (Operation *op : bodyOps()) {
-    if (op->hasTrait<OpTrait::IsTerminator>()) {
-      if (isFunctionTerminator(op))
-        terminator = op;
-      continue;
-    }
-    if (isControlFlow(op))
-      reshardFeeders(op);
-    else if (op->getNumRegions() != 0)
-      reshardCaptured(op);
-    if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
-      // Open dimensions of the constraint may have been extended.
-      if (ShardingAttr result = lookup(constraint.getResult()))
-        constraint.setShardingAttr(result);
-      // A constraint on a value placed elsewhere moves it explicitly.
-      Value input = constraint.getInput();
-      ShardingAttr current = lookup(input);
-      if (current && !isDeviceEquivalent(current, constraint.getSharding(),
-                                         input.getType()))
-        constraint.getInputMutable().assign(
-            insertReshardBefore(constraint, input, constraint.getSharding()));
-      continue;
-    }
-    if (auto transfer = dyn_cast<TransferOp>(op)) {
-      // The plan reads tiles of its source sharding: an operand placed
-      // otherwise is moved there first.
-      Value input = transfer.getInput();
-      ShardingAttr current = lookup(input);
-      if (current &&
-          !isDeviceEquivalent(current, transfer.getSource(), input.getType()))
-        transfer.getInputMutable().assign(
-            insertReshardBefore(transfer, input, transfer.getSource()));
-      continue;
-    }
-    if (isa<ReshardOp>(op))
-      continue;
-    // Barriers and groups have done their work: a barrier whose sides
-    // differ becomes a reshard to its result's sharding, one whose sides
-    // agree disappears, and so does every group.
-    if (auto barrier = dyn_cast<PropagationBarrierOp>(op)) {
-      Value input = barrier.getInput(), result = barrier.getResult();
-      ShardingAttr in = lookup(input), out = lookup(result);
-      Value replacement = input;
-      if (in && out && !isDeviceEquivalent(in, out, input.getType()))
-        replacement = insertReshardBefore(barrier, input, out);
-      result.replaceAllUsesWith(replacement);
-      barrier.erase();
-      continue;
-    }
-    if (isa<ShardingGroupOp>(op)) {
-      op->erase();
-      continue;
-    }
-    SmallVector<Attribute> shardings;
-    Attribute written = op->getAttr(shardingName);
-    auto writtenList = dyn_cast_or_null<ArrayAttr>(written);
-    for (Value result : op->getResults()) {
-      if (!isTracked(result))
-        continue;
-      unsigned number = cast<OpResult>(result).getResultNumber();
-      Attribute mine = !writtenList                  ? written
-                       : number < writtenList.size() ? writtenList[number]
-                                                     : Attribute();
-      shardings.push_back(
-          asWritten(lookup(result), dyn_cast_or_null<ShardingAttr>(mine)));
-    }
-    if (shardings.empty())
-      continue;
-    // Control flow may carry scalars beside tensors: a unit entry each.
-    if (isControlFlow(op) && shardings.size() != op->getNumResults()) {
-      shardings.clear();
-      for (Value result : op->getResults())
-        shardings.push_back(isTracked(result)
-                                ? Attribute(lookup(result))
-                                : Attribute(UnitAttr::get(context)));
-    }
-    if (shardings.size() != op->getNumResults())
-      return op->emitError()
-             << "cannot record shardings: the op mixes tensor and "
-                "non-tensor results";
-    if (shardings.size() == 1)
-      op->setAttr(shardingName, shardings.front());
-    else
-      op->setAttr(shardingName, ArrayAttr::get(context, shardings));
+/// Ops that place or move values: a constraint or a transfer whose input
+/// is placed elsewhere gets a reshard before it; barriers whose sides
+/// differ become reshards to their result's sharding, the others and every
+/// group disappear. Returns whether `op` was one of them.
+bool FunctionPropagator::finalizePlacement(Operation *op) {
+  if (auto constraint = dyn_cast<ShardingConstraintOp>(op)) {
+    // Open dimensions of the constraint may have been extended.
+    if (ShardingAttr result = lookup(constraint.getResult()))
+      constraint.setShardingAttr(result);
+    // A constraint on a value placed elsewhere moves it explicitly.
+    Value input = constraint.getInput();
+    ShardingAttr current = lookup(input);
+    if (current &&
+        !isDeviceEquivalent(current, constraint.getSharding(), input.getType()))
+      constraint.getInputMutable().assign(
+          insertReshardBefore(constraint, input, constraint.getSharding()));
+    return true;
   }
-  // Attributes of all arguments and results are rebuilt at once: setting
-  // them one by one copies the whole attribute array each time.
+  if (auto transfer = dyn_cast<TransferOp>(op)) {
+    // The plan reads tiles of its source sharding: an operand placed
+    // otherwise is moved there first.
+    Value input = transfer.getInput();
+    ShardingAttr current = lookup(input);
+    if (current &&
+        !isDeviceEquivalent(current, transfer.getSource(), input.getType()))
+      transfer.getInputMutable().assign(
+          insertReshardBefore(transfer, input, transfer.getSource()));
+    return true;
+  }
+  if (isa<ReshardOp>(op))
+    return true;
+  if (auto barrier = dyn_cast<PropagationBarrierOp>(op)) {
+    Value input = barrier.getInput(), result = barrier.getResult();
+    ShardingAttr in = lookup(input), out = lookup(result);
+    Value replacement = input;
+    if (in && out && !isDeviceEquivalent(in, out, input.getType()))
+      replacement = insertReshardBefore(barrier, input, out);
+    result.replaceAllUsesWith(replacement);
+    barrier.erase();
+    return true;
+  }
+  if (isa<ShardingGroupOp>(op)) {
+    op->erase();
+    return true;
+  }
+  return false;
+}
+
+/// Writes the resolved shardings of `op`'s tensor results on it, keeping
+/// how they were written (asWritten).
+LogicalResult FunctionPropagator::recordShardings(Operation *op,
+                                                  StringAttr shardingName) {
+  MLIRContext *context = op->getContext();
+  SmallVector<Attribute> shardings;
+  Attribute written = op->getAttr(shardingName);
+  auto writtenList = dyn_cast_or_null<ArrayAttr>(written);
+  for (Value result : op->getResults()) {
+    if (!isTracked(result))
+      continue;
+    unsigned number = cast<OpResult>(result).getResultNumber();
+    Attribute mine = !writtenList                  ? written
+                     : number < writtenList.size() ? writtenList[number]
+                                                   : Attribute();
+    shardings.push_back(
+        asWritten(lookup(result), dyn_cast_or_null<ShardingAttr>(mine)));
+  }
+  if (shardings.empty())
+    return success();
+  // Control flow may carry scalars beside tensors: a unit entry each.
+  if (isControlFlow(op) && shardings.size() != op->getNumResults()) {
+    shardings.clear();
+    for (Value result : op->getResults())
+      shardings.push_back(isTracked(result)
+                              ? Attribute(lookup(result))
+                              : Attribute(UnitAttr::get(context)));
+  }
+  if (shardings.size() != op->getNumResults())
+    return op->emitError() << "cannot record shardings: the op mixes tensor "
+                              "and non-tensor results";
+  if (shardings.size() == 1)
+    op->setAttr(shardingName, shardings.front());
+  else
+    op->setAttr(shardingName, ArrayAttr::get(context, shardings));
+  return success();
+}
+
+/// The arguments' shardings, all attributes rebuilt at once: setting them
+/// one by one copies the whole attribute array each time.
+void FunctionPropagator::finalizeArguments() {
   SmallVector<DictionaryAttr> argAttrs;
   for (auto [index, arg] : llvm::enumerate(function.getArguments())) {
     NamedAttrList attrs(function.getArgAttrDict(index));
@@ -1772,11 +1794,17 @@ LogicalResult FunctionPropagator::finalize() {
           PolymeshDialect::kShardingAttrName,
           asWritten(sharding, function.getArgAttrOfType<ShardingAttr>(
                                   index, PolymeshDialect::kShardingAttrName)));
-    argAttrs.push_back(attrs.getDictionary(context));
+    argAttrs.push_back(attrs.getDictionary(function.getContext()));
   }
   function.setAllArgAttrs(argAttrs);
-  if (!terminator)
-    return success();
+}
+
+/// The results' shardings, with a reshard before the return where the
+/// value is placed otherwise. Partial sums are reduced before they leave
+/// the function, unless the result declares them. A declared sharding's
+/// open dimensions take the axes the returned value has there (as an
+/// argument's do).
+void FunctionPropagator::finalizeResults(Operation *terminator) {
   SmallVector<DictionaryAttr> resultAttrs;
   for (unsigned index = 0, e = function.getNumResults(); index < e; ++index)
     resultAttrs.push_back(function.getResultAttrDict(index));
@@ -1788,9 +1816,6 @@ LogicalResult FunctionPropagator::finalize() {
     ShardingAttr current = lookup(value);
     auto declared = function.getResultAttrOfType<ShardingAttr>(
         index, PolymeshDialect::kShardingAttrName);
-    // Partial sums are reduced before they leave the function, unless the
-    // result declares them. A declared sharding's open dimensions take the
-    // axes the returned value has there (as an argument's do).
     ShardingAttr target = declared ? declared : withoutUnreduced(current);
     if (declared)
       if (ShardingAttr extended = extendOpen(
@@ -1801,9 +1826,35 @@ LogicalResult FunctionPropagator::finalize() {
       operand.set(insertReshardBefore(terminator, value, target));
     NamedAttrList attrs(resultAttrs[index]);
     attrs.set(PolymeshDialect::kShardingAttrName, target);
-    resultAttrs[index] = attrs.getDictionary(context);
+    resultAttrs[index] = attrs.getDictionary(function.getContext());
   }
   function.setAllResultAttrs(resultAttrs);
+}
+
+LogicalResult FunctionPropagator::finalize() {
+  // Uniqued once, not once per op.
+  StringAttr shardingName = StringAttr::get(function.getContext(),
+                                            PolymeshDialect::kShardingAttrName);
+  Operation *terminator = nullptr;
+  for (Operation *op : bodyOps()) {
+    if (op->hasTrait<OpTrait::IsTerminator>()) {
+      if (isFunctionTerminator(op))
+        terminator = op;
+      continue;
+    }
+    if (isControlFlow(op))
+      reshardFeeders(op);
+    else if (op->getNumRegions() != 0)
+      reshardCaptured(op);
+    if (finalizePlacement(op))
+      continue;
+    if (failed(recordShardings(op, shardingName)))
+      return failure();
+  }
+  finalizeArguments();
+  if (!terminator)
+    return success();
+  finalizeResults(terminator);
   hoistInvariantReshards();
   return success();
 }
