@@ -576,7 +576,8 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
       if (!options.returnPartialSums)
         continue;
       partialSums[name] = findPartialSums(func);
-      returnPartialSums(func, partialSums[name]);
+      if (failed(returnPartialSums(func, partialSums[name])))
+        return error("@" + name + ": cannot return its partial sums");
     }
     PassManager plan(context);
     plan.addPass(createPolymeshPlan());

@@ -159,10 +159,10 @@ std::vector<ReorderedSum> execution::findPartialSums(func::FuncOp func) {
   return sums;
 }
 
-void execution::returnPartialSums(func::FuncOp func,
-                                  llvm::ArrayRef<ReorderedSum> sums) {
+LogicalResult execution::returnPartialSums(func::FuncOp func,
+                                           llvm::ArrayRef<ReorderedSum> sums) {
   if (sums.empty())
-    return;
+    return success();
   std::vector<linalg::LinalgOp> ops = numberedOps(func);
   Operation *terminator = func.getBody().back().getTerminator();
   OpBuilder builder(terminator);
@@ -180,11 +180,14 @@ void execution::returnPartialSums(func::FuncOp func,
     Value moved = ReshardOp::create(builder, op->getLoc(), value.getType(),
                                     value, reduced);
     unsigned index = func.getNumResults();
-    func.insertResult(index, value.getType(),
-                      builder.getDictionaryAttr(builder.getNamedAttr(
-                          PolymeshDialect::kShardingAttrName, reduced)));
+    if (failed(func.insertResult(
+            index, value.getType(),
+            builder.getDictionaryAttr(builder.getNamedAttr(
+                PolymeshDialect::kShardingAttrName, reduced)))))
+      return failure();
     terminator->insertOperands(terminator->getNumOperands(), moved);
   }
+  return success();
 }
 
 llvm::Expected<OwningOpRef<ModuleOp>>
@@ -203,9 +206,12 @@ execution::injectPartialSums(ModuleOp module, llvm::StringRef name,
                    " is not a linalg op of @" + name);
     Value value = ops[sum.opIndex]->getResult(sum.resultNumber);
     unsigned argIndex = func.getNumArguments();
-    func.insertArgument(argIndex, value.getType(), {}, value.getLoc());
+    if (failed(
+            func.insertArgument(argIndex, value.getType(), {}, value.getLoc())))
+      return error("@" + name + " takes no more arguments");
     value.replaceAllUsesWith(func.getArgument(argIndex));
-    func.insertResult(func.getNumResults(), value.getType(), {});
+    if (failed(func.insertResult(func.getNumResults(), value.getType(), {})))
+      return error("@" + name + " takes no more results");
     terminator->insertOperands(terminator->getNumOperands(), value);
   }
   return std::move(copy);

@@ -83,9 +83,9 @@ std::vector<ReorderedSum> findPartialSums(mlir::func::FuncOp func);
 /// Appends to the propagated, tagged `func` one result per sum of `sums`:
 /// the sum moved to its own sharding without unreduced axes (planning adds
 /// the all-reduce), so that a sharded run yields the values that its
-/// devices go on with.
-void returnPartialSums(mlir::func::FuncOp func,
-                       llvm::ArrayRef<ReorderedSum> sums);
+/// devices go on with. Fails where the function takes no more results.
+mlir::LogicalResult returnPartialSums(mlir::func::FuncOp func,
+                                      llvm::ArrayRef<ReorderedSum> sums);
 
 /// A copy of the unplanned `module` in which function `name` takes one more
 /// argument per sum of `sums`, after its own, that replaces every use of the
