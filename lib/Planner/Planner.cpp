@@ -648,6 +648,36 @@ std::optional<Sharding> reduceScatterSharding(const TensorLayout &source,
   return sharding;
 }
 
+/// The layout of a ReduceScatter whose pieces tile every group's box
+/// exactly, if there is one.
+std::optional<TensorLayout>
+reduceScatterLayout(const TensorLayout &source, const TensorLayout &destination,
+                    const UnreducedSplit &split,
+                    const std::vector<std::vector<int64_t>> &groups,
+                    const absl::flat_hash_map<int64_t, int64_t> &positionOf) {
+  std::optional<Sharding> scattered =
+      reduceScatterSharding(source, destination, split);
+  if (!scattered)
+    return std::nullopt;
+  absl::StatusOr<TensorLayout> layout =
+      TensorLayout::create(source.mesh(), *scattered, source.shape());
+  if (!layout.ok())
+    return std::nullopt;
+  for (const std::vector<int64_t> &members : groups) {
+    Box box = source.boxAtPosition(positionOf.at(members.front()));
+    int64_t covered = 0;
+    for (int64_t member : members) {
+      Box piece = layout->boxAtPosition(positionOf.at(member));
+      if (!piece.empty() && !boxContains(box, piece))
+        return std::nullopt;
+      covered += piece.numElements();
+    }
+    if (covered != box.numElements())
+      return std::nullopt;
+  }
+  return std::move(*layout);
+}
+
 absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
                                              const TensorLayout &destination,
                                              const UnreducedSplit &split,
@@ -668,25 +698,10 @@ absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
     positionOf[mesh.deviceAt(p)] = p;
 
   // Prefer a ReduceScatter whose pieces tile every group's box exactly.
-  if (std::optional<Sharding> scattered =
-          reduceScatterSharding(source, destination, split)) {
-    absl::StatusOr<TensorLayout> layout =
-        TensorLayout::create(mesh, *scattered, source.shape());
-    bool tiles = layout.ok();
-    for (size_t g = 0; tiles && g < groups.size(); ++g) {
-      Box box = source.boxAtPosition(positionOf[groups[g].front()]);
-      int64_t covered = 0;
-      for (int64_t member : groups[g]) {
-        Box piece = layout->boxAtPosition(positionOf[member]);
-        tiles &= piece.empty() || boxContains(box, piece);
-        covered += piece.numElements();
-      }
-      tiles &= covered == box.numElements();
-    }
-    if (tiles) {
-      phase.kind = StepKind::ReduceScatter;
-      phase.reduced = *layout;
-    }
+  if (std::optional<TensorLayout> layout =
+          reduceScatterLayout(source, destination, split, groups, positionOf)) {
+    phase.kind = StepKind::ReduceScatter;
+    phase.reduced = std::move(*layout);
   }
   if (!phase.reduced) {
     Sharding reducedSharding = source.sharding();
