@@ -38,12 +38,12 @@
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Execution/CudaTarget.h"
 #include "polymesh/Execution/InputFill.h"
+#include "polymesh/InitAllDialects.h"
 #include "polymesh/Runtime/NcclBackend.h"
 #include "polymesh/Runtime/PolymeshCudaRuntime.h"
 #include "polymesh/Transforms/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
-#include "mlir/Dialect/Func/Extensions/ShardingExtensions.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -258,9 +258,7 @@ struct PtxModule {
 /// What the bundled programs use, with the sharding rules propagation needs.
 mlir::DialectRegistry programRegistry() {
   mlir::DialectRegistry registry;
-  registry.insert<polymesh::PolymeshDialect, mlir::arith::ArithDialect,
-                  mlir::func::FuncDialect, mlir::tensor::TensorDialect>();
-  mlir::func::registerShardingInterfaceExternalModels(registry);
+  polymesh::registerPolymeshInputDialects(registry);
   return registry;
 }
 

@@ -29,6 +29,7 @@
 #include "polymesh/Execution/MpiTarget.h"
 #include "polymesh/Execution/ReferenceRunner.h"
 #include "polymesh/Execution/ShardedRunner.h"
+#include "polymesh/InitAllDialects.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -65,7 +66,7 @@ runtime::MpiWorld *world = nullptr;
 MLIRContext &context() {
   static MLIRContext *ctx = [] {
     DialectRegistry registry;
-    registry.insert<PolymeshDialect, func::FuncDialect>();
+    polymesh::registerPolymeshInputDialects(registry);
     registerReferenceDialects(registry);
     auto *result = new MLIRContext(registry);
     result->loadAllAvailableDialects();

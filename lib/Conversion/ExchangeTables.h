@@ -6,8 +6,10 @@
 //
 // Both lowerings of polymesh.exchange (CPU and CUDA) run the same per-device
 // schedule (planner::scheduleForDevices) from the same tables: memref.global
-// constants of copy rows, communication rows, per (segment, position) row
-// ranges, staging sizes and collective groups, built once per plan.
+// constants of copy rows, communication rows, per (segment, block) row
+// ranges, staging sizes and collective groups, built once per plan
+// (PlanTableBuilder). Both emit it through one ScheduleEmitter, which walks
+// the segments; the targets say what a copy row and each call become.
 //
 //===----------------------------------------------------------------------===//
 

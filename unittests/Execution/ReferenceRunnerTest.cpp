@@ -14,6 +14,7 @@
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
 #include "polymesh/Execution/InputFill.h"
+#include "polymesh/InitAllDialects.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -43,9 +44,7 @@ protected:
   ReferenceRunnerTest() {
     DialectRegistry registry;
     // What polymesh-opt and polymesh-run parse; the runner adds the rest.
-    registry.insert<polymesh::PolymeshDialect, arith::ArithDialect,
-                    func::FuncDialect, linalg::LinalgDialect, math::MathDialect,
-                    tensor::TensorDialect, tosa::TosaDialect>();
+    polymesh::registerPolymeshInputDialects(registry);
     context.appendDialectRegistry(registry);
     context.getDiagEngine().registerHandler([this](Diagnostic &diag) {
       diagnostics += diag.str() + "\n";

@@ -16,6 +16,7 @@
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshDialect.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/InitAllDialects.h"
 #include "polymesh/Planner/Planner.h"
 #include "polymesh/Transforms/Passes.h"
 
@@ -112,7 +113,7 @@ class TransferPlanConversionTest : public ::testing::TestWithParam<int64_t> {
 protected:
   TransferPlanConversionTest() {
     DialectRegistry registry;
-    registry.insert<PolymeshDialect, func::FuncDialect>();
+    polymesh::registerPolymeshInputDialects(registry);
     context.appendDialectRegistry(registry);
     context.getDiagEngine().registerHandler([this](Diagnostic &diag) {
       diagnostics += diag.str() + "\n";
