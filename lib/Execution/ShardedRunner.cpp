@@ -316,20 +316,23 @@ std::string checkClasses(ShardedFunction &function,
                            "@{2}'s meshes",
                            partition->name, device, function.name)
           .str();
-  for (size_t i = 0; i < function.argumentLayouts.size(); ++i)
-    if (std::string why =
-            checkTiles(function, classOf, function.argumentLayouts[i],
-                       function.signature.arguments[i], "argument", i,
-                       &PartitionClass::inputs, runsDevice);
-        !why.empty())
-      return why;
-  for (size_t i = 0; i < function.resultLayouts.size(); ++i)
-    if (std::string why =
-            checkTiles(function, classOf, function.resultLayouts[i],
-                       function.signature.results[i], "result", i,
-                       &PartitionClass::results, runsDevice);
-        !why.empty())
-      return why;
+  struct Side {
+    const std::vector<planner::TensorLayout> &layouts;
+    const std::vector<TensorSignature> &signatures;
+    const char *what;
+    const std::vector<TensorSignature> PartitionClass::*local;
+  };
+  for (const Side &side :
+       {Side{function.argumentLayouts, function.signature.arguments, "argument",
+             &PartitionClass::inputs},
+        Side{function.resultLayouts, function.signature.results, "result",
+             &PartitionClass::results}})
+    for (size_t i = 0; i < side.layouts.size(); ++i)
+      if (std::string why =
+              checkTiles(function, classOf, side.layouts[i], side.signatures[i],
+                         side.what, i, side.local, runsDevice);
+          !why.empty())
+        return why;
   return "";
 }
 

@@ -296,6 +296,7 @@ private:
   void splitConcatLeaves();
   LogicalResult finalize();
   bool finalizePlacement(Operation *op);
+  void placeOperand(OpOperand &operand, ShardingAttr required);
   LogicalResult recordShardings(Operation *op, StringAttr shardingName);
   void finalizeArguments();
   void finalizeResults(Operation *terminator);
@@ -1697,6 +1698,16 @@ FlatSymbolRefAttr FunctionPropagator::meshOfScalarReaders(Value value) {
   return meshName && getMesh(meshName) ? meshName : FlatSymbolRefAttr();
 }
 
+/// An operand placed otherwise than `required` gets a reshard to it right
+/// before its user.
+void FunctionPropagator::placeOperand(OpOperand &operand,
+                                      ShardingAttr required) {
+  Value input = operand.get();
+  ShardingAttr current = lookup(input);
+  if (current && !isDeviceEquivalent(current, required, input.getType()))
+    operand.set(insertReshardBefore(operand.getOwner(), input, required));
+}
+
 /// Ops that place or move values: a constraint or a transfer whose input
 /// is placed elsewhere gets a reshard before it; barriers whose sides
 /// differ become reshards to their result's sharding, the others and every
@@ -1707,23 +1718,13 @@ bool FunctionPropagator::finalizePlacement(Operation *op) {
     if (ShardingAttr result = lookup(constraint.getResult()))
       constraint.setShardingAttr(result);
     // A constraint on a value placed elsewhere moves it explicitly.
-    Value input = constraint.getInput();
-    ShardingAttr current = lookup(input);
-    if (current &&
-        !isDeviceEquivalent(current, constraint.getSharding(), input.getType()))
-      constraint.getInputMutable().assign(
-          insertReshardBefore(constraint, input, constraint.getSharding()));
+    placeOperand(constraint.getInputMutable(), constraint.getSharding());
     return true;
   }
   if (auto transfer = dyn_cast<TransferOp>(op)) {
     // The plan reads tiles of its source sharding: an operand placed
     // otherwise is moved there first.
-    Value input = transfer.getInput();
-    ShardingAttr current = lookup(input);
-    if (current &&
-        !isDeviceEquivalent(current, transfer.getSource(), input.getType()))
-      transfer.getInputMutable().assign(
-          insertReshardBefore(transfer, input, transfer.getSource()));
+    placeOperand(transfer.getInputMutable(), transfer.getSource());
     return true;
   }
   if (isa<ReshardOp>(op))
