@@ -36,19 +36,12 @@ PlanTableBuilder::PlanTableBuilder(ModuleOp module) : module(module) {
     run.insert(run.end(), ids.asArrayRef().begin(), ids.asArrayRef().end());
     // The positions count the devices of the function's meshes, which a
     // module partitioned for some devices only does not list in full.
-    auto meshes =
-        function->getAttrOfType<ArrayAttr>(PolymeshDialect::kMeshesAttrName);
     std::vector<int64_t> &all = devices[partitionOf.getValue()];
-    if (!meshes) {
+    if (std::optional<std::vector<int64_t>> meshIds =
+            partitionedFunctionDevices(symbols, function))
+      all = std::move(*meshIds);
+    else
       all.insert(all.end(), ids.asArrayRef().begin(), ids.asArrayRef().end());
-      continue;
-    }
-    for (auto name : meshes.getAsRange<FlatSymbolRefAttr>())
-      if (MeshAttr mesh = lookupMesh(symbols, function, name)) {
-        planner::Mesh planned = toPlannerMesh(mesh);
-        for (int64_t p = 0, e = planned.numDevices(); p < e; ++p)
-          all.push_back(planned.deviceAt(p));
-      }
   }
   for (auto &entry : devices)
     sortUnique(entry.second);

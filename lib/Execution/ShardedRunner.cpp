@@ -197,24 +197,6 @@ std::vector<int64_t> tileExtents(const planner::TensorLayout &layout,
   return extents;
 }
 
-/// The sorted devices of the meshes a class function names
-/// (`polymesh.meshes`), or nullopt without the attribute.
-std::optional<std::vector<int64_t>>
-meshDevicesOf(func::FuncOp func, SymbolTableCollection &symbols) {
-  auto meshes =
-      func->getAttrOfType<ArrayAttr>(PolymeshDialect::kMeshesAttrName);
-  if (!meshes)
-    return std::nullopt;
-  std::set<int64_t> ids;
-  for (auto name : meshes.getAsRange<FlatSymbolRefAttr>())
-    if (MeshAttr mesh = lookupMesh(symbols, func, name)) {
-      planner::Mesh planned = toPlannerMesh(mesh);
-      for (int64_t p = 0, e = planned.numDevices(); p < e; ++p)
-        ids.insert(planned.deviceAt(p));
-    }
-  return std::vector<int64_t>(ids.begin(), ids.end());
-}
-
 /// The class function `func` of `function`: its devices and local types.
 llvm::Expected<PartitionClass> recordClass(func::FuncOp func,
                                            const ShardedFunction &function) {
@@ -363,7 +345,7 @@ void recordClasses(ModuleOp module, llvm::StringMap<ShardedFunction> &functions,
       continue;
     }
     if (std::optional<std::vector<int64_t>> ids =
-            meshDevicesOf(func, symbols)) {
+            partitionedFunctionDevices(symbols, func)) {
       auto [it, first] = meshDevices.try_emplace(global, *ids);
       if (!first && it->second != *ids) {
         fail("names other meshes than the function's other classes");

@@ -15,6 +15,27 @@
 using namespace mlir;
 using namespace polymesh;
 
+std::optional<std::vector<int64_t>>
+polymesh::partitionedFunctionDevices(SymbolTableCollection &symbols,
+                                     Operation *function) {
+  auto meshes =
+      function->getAttrOfType<ArrayAttr>(PolymeshDialect::kMeshesAttrName);
+  if (!meshes)
+    return std::nullopt;
+  std::vector<int64_t> ids;
+  for (auto name : meshes.getAsRange<FlatSymbolRefAttr>()) {
+    MeshAttr mesh = lookupMesh(symbols, function, name);
+    if (!mesh)
+      return std::nullopt;
+    planner::Mesh planned = toPlannerMesh(mesh);
+    for (int64_t p = 0, e = planned.numDevices(); p < e; ++p)
+      ids.push_back(planned.deviceAt(p));
+  }
+  llvm::sort(ids);
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 planner::Mesh polymesh::toPlannerMesh(MeshAttr mesh) {
   planner::Mesh result;
   for (MeshAxisAttr axis : mesh.getAxes())

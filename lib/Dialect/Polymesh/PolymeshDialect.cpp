@@ -159,8 +159,8 @@ LogicalResult PolymeshDialect::verifyOperationAttribute(Operation *op,
   if (name == kGroupBufferAttrName) {
     if (op->getName().getStringRef() != "llvm.alloca" ||
         !isa<UnitAttr>(attr.getValue()))
-      return op->emitError() << "'" << name
-                             << "' is a unit attribute of an llvm.alloca";
+      return op->emitError()
+             << "'" << name << "' is a unit attribute of an llvm.alloca";
     return success();
   }
   if (name == kMeshesAttrName) {

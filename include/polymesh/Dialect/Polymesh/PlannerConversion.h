@@ -21,7 +21,13 @@
 
 #include "mlir/IR/BuiltinTypes.h"
 
+#include <optional>
 #include <string>
+#include <vector>
+
+namespace mlir {
+class SymbolTableCollection;
+} // namespace mlir
 
 namespace polymesh {
 
@@ -41,6 +47,13 @@ std::string unmovableElementReason(mlir::Type element);
 
 /// The planner's view of a verified mesh attribute.
 planner::Mesh toPlannerMesh(MeshAttr mesh);
+
+/// The sorted device ids of a partitioned function's meshes (its
+/// `polymesh.meshes`, looked up from `function`), or nullopt when it names
+/// none or one of them is unknown. Positions index this list.
+std::optional<std::vector<int64_t>>
+partitionedFunctionDevices(mlir::SymbolTableCollection &symbols,
+                           mlir::Operation *function);
 
 /// The planner's view of a sharding verified against `mesh`, for a tensor
 /// of rank `rank` (a maximal sharding gets one unsharded dimension each).
