@@ -376,6 +376,42 @@ private:
     return AssertionSuccess();
   }
 
+  /// The MPI lowering does each send and receive of a segment as a
+  /// blocking call, in row order, on every device (all in different
+  /// processes at worst): a call completes only when its peer's next call
+  /// is the matching one. The rows' order must let every call complete.
+  AssertionResult completesBlocking() const {
+    std::vector<size_t> next(devices_.size(), 0);
+    auto head = [&](size_t p) -> const CommRow * {
+      const std::vector<CommRow> &rows = segment_->perDevice[p].comm;
+      return next[p] < rows.size() ? &rows[next[p]] : nullptr;
+    };
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (size_t p = 0; p < devices_.size(); ++p) {
+        const CommRow *mine = head(p);
+        if (!mine || mine->kind != CommKind::Send)
+          continue;
+        size_t q = positionOf_.at(mine->peer);
+        const CommRow *theirs = head(q);
+        if (theirs && theirs->kind == CommKind::Recv &&
+            theirs->peer == devices_[p].id) {
+          ++next[p];
+          ++next[q];
+          progress = true;
+        }
+      }
+    }
+    for (size_t p = 0; p < devices_.size(); ++p)
+      if (const CommRow *stuck = head(p))
+        return AssertionFailure()
+               << "blocking calls deadlock: device " << devices_[p].id
+               << " waits in its "
+               << (stuck->kind == CommKind::Send ? "send to " : "recv from ")
+               << stuck->peer << " (row " << next[p] << ")";
+    return AssertionSuccess();
+  }
+
   /// Send/recv segments run in the order the generated code may take,
   /// made as adversarial as it allows: each device runs its `before` rows
   /// only up to a call's packsBefore before the call, a send's bytes are
@@ -471,6 +507,8 @@ private:
         stats_.sendBytes += send.bytes;
       }
     }
+    if (AssertionResult blocking = completesBlocking(); !blocking)
+      return blocking;
     for (const Message &message : messages) {
       const CommRow *recv = message.recv;
       Device &receiver = devices_[message.receiver];

@@ -100,7 +100,11 @@ struct CommRow {
 enum class SegmentMethod : int64_t {
   /// No communication.
   Local = 0,
-  /// send/recv rows inside one group_start/group_end.
+  /// send/recv rows inside one group_start/group_end. Every device's rows
+  /// follow one order that all devices share (the plan's transfer order:
+  /// a transfer adds its send and its receive at once), so the rows may
+  /// also run as blocking calls in row order (the MPI lowering does):
+  /// the first pending message is the next call of both its ends.
   SendRecv = 1,
   /// One broadcast from a root over each group, in place in staging.
   Broadcast = 2,
