@@ -12,6 +12,8 @@
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
 #include "mlir/Conversion/IndexToLLVM/IndexToLLVM.h"
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
+#include "mlir/Conversion/MPIToLLVM/MPIToLLVM.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Conversion/MathToLibm/MathToLibm.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
@@ -36,6 +38,7 @@
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
 #include "mlir/Dialect/Linalg/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/MPI/IR/MPI.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
@@ -58,6 +61,39 @@ using namespace mlir;
 
 namespace {
 /// Returns each value at most once per return: upstream's
+/// The mpi dialect's ops (the MPI lowering's mpi.send and mpi.recv) to
+/// calls of the MPI implementation the module's DLTI names, by upstream's
+/// MPI-to-LLVM patterns, after the other conversions to LLVM: their memref
+/// operands are descriptors by then, which the casts left around them fold
+/// back into.
+struct MpiToLlvmPass
+    : public PassWrapper<MpiToLlvmPass, OperationPass<ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(MpiToLlvmPass)
+  StringRef getArgument() const final { return "polymesh-mpi-to-llvm"; }
+  void getDependentDialects(DialectRegistry &registry) const final {
+    registry.insert<LLVM::LLVMDialect>();
+  }
+  void runOnOperation() final {
+    ModuleOp module = getOperation();
+    bool any = false;
+    module.walk([&](Operation *op) {
+      any |= isa<mpi::MPIDialect>(op->getDialect());
+      return any ? WalkResult::interrupt() : WalkResult::advance();
+    });
+    if (!any)
+      return;
+    LLVMTypeConverter converter(&getContext());
+    RewritePatternSet patterns(&getContext());
+    mpi::populateMPIToLLVMConversionPatterns(converter, patterns);
+    ConversionTarget target(getContext());
+    target.addLegalDialect<LLVM::LLVMDialect>();
+    target.addIllegalDialect<mpi::MPIDialect>();
+    target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
+    if (failed(applyPartialConversion(module, target, std::move(patterns))))
+      return signalPassFailure();
+  }
+};
+
 /// buffer-results-to-out-params crashes on a function that returns the same
 /// buffer twice (LLVM 22), so a repeated value is returned as a copy.
 struct DistinctResultsPass
@@ -164,7 +200,36 @@ struct DropEmptyConcatOperandsPass
 };
 } // namespace
 
+namespace {
+/// What mpi.send and mpi.recv do to memory, which upstream's ops do not
+/// declare (LLVM 22) and ownership-based deallocation must know for an op
+/// with a memref operand: the send reads its buffer, the receive writes
+/// it, and both write the default resource (the messages), so that no
+/// pass drops or reorders them.
+template <typename Op, bool writesBuffer>
+struct MpiBufferEffects : public MemoryEffectOpInterface::ExternalModel<
+                              MpiBufferEffects<Op, writesBuffer>, Op> {
+  void
+  getEffects(Operation *op,
+             SmallVectorImpl<SideEffects::EffectInstance<MemoryEffects::Effect>>
+                 &effects) const {
+    OpOperand &buffer = op->getOpOperand(0);
+    if (writesBuffer)
+      effects.emplace_back(MemoryEffects::Write::get(), &buffer);
+    else
+      effects.emplace_back(MemoryEffects::Read::get(), &buffer);
+    effects.emplace_back(MemoryEffects::Write::get());
+  }
+};
+} // namespace
+
 void polymesh::registerHostLoweringDialects(DialectRegistry &registry) {
+  registry.insert<mpi::MPIDialect>();
+  registry.addExtension(+[](MLIRContext *context, mpi::MPIDialect *) {
+    mpi::SendOp::attachInterface<MpiBufferEffects<mpi::SendOp, false>>(
+        *context);
+    mpi::RecvOp::attachInterface<MpiBufferEffects<mpi::RecvOp, true>>(*context);
+  });
   registry.insert<polymesh::PolymeshDialect, arith::ArithDialect,
                   bufferization::BufferizationDialect, func::FuncDialect,
                   linalg::LinalgDialect, LLVM::LLVMDialect, math::MathDialect,
@@ -259,5 +324,6 @@ void polymesh::buildHostLoweringPipeline(OpPassManager &pm) {
   pm.addPass(createConvertControlFlowToLLVMPass());
   pm.addPass(createConvertFuncToLLVMPass());
   pm.addPass(createConvertIndexToLLVMPass());
+  pm.addPass(std::make_unique<MpiToLlvmPass>());
   pm.addPass(createReconcileUnrealizedCastsPass());
 }

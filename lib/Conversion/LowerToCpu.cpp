@@ -24,8 +24,10 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Bufferization/IR/Bufferization.h"
+#include "mlir/Dialect/DLTI/DLTI.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MPI/IR/MPI.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/Builders.h"
@@ -38,6 +40,7 @@
 
 namespace polymesh {
 #define GEN_PASS_DEF_POLYMESHEXCHANGETOCPU
+#define GEN_PASS_DEF_POLYMESHEXCHANGETOMPI
 #define GEN_PASS_DEF_POLYMESHLOWERTOCPU
 #include "polymesh/Conversion/Passes.h.inc"
 } // namespace polymesh
@@ -56,14 +59,22 @@ struct PreparedExchange {
   Value groupBuffer;
 };
 
+/// How send/recv rows between processes move: through the runtime
+/// (polymesh_rt_send/recv), or as upstream mpi.send/mpi.recv in the code.
+enum class Transport { Runtime, Mpi };
+
+/// MPI messages carry at most this many bytes (MPI counts are ints), as
+/// the runtime's own do.
+constexpr int64_t kMpiPieceBytes = int64_t(1) << 30;
+
 /// Emits one exchange's code for the CPU: copy rows as loops of memcpy
 /// runs, calls into the loopback runtime.
 class CpuExchangeEmitter : public ScheduleEmitter {
 public:
   CpuExchangeEmitter(ExchangeOp op, const PreparedExchange &prepared,
-                     ModuleOp module, OpBuilder &builder)
-      : ScheduleEmitter(builder, op.getLoc(), module, *prepared.tables),
-        op(op) {
+                     ModuleOp module, OpBuilder &builder, Transport transport)
+      : ScheduleEmitter(builder, op.getLoc(), module, *prepared.tables), op(op),
+        transport(transport) {
     groupBuffer = prepared.groupBuffer;
   }
 
@@ -84,8 +95,12 @@ private:
   void emitCollective(planner::SegmentMethod method, Value rangeRow) final;
   bool packsWithCalls() const final { return true; }
   void emitBroadcast(Value rangeRow);
+  void emitRuntimeSendRecv(Value isSend, Value peer, Value at, Value bytes);
+  Value mpiView(Value address, Value bytes);
+  void emitMpiSendRecv(Value isSend, Value route, Value address, Value bytes);
 
   ExchangeOp op;
+  Transport transport;
   Type elementType;
   Value runtime, device;
 };
@@ -176,24 +191,101 @@ void CpuExchangeEmitter::emitSendRecv(Value rangeRow) {
               b, loc, packs, e.toIndex(commColumn(row, kPacksEnd)));
           runCopies(packsBegin, packsEnd);
           Value peer = e.add(device, commColumn(row, kPeer));
-          Value at = e.pointer(commAddress(row));
+          Value at = commAddress(row);
           Value bytes = commColumn(row, kBytes);
+          Value isSend = e.eq(commColumn(row, kCommKind),
+                              static_cast<int64_t>(planner::CommKind::Send));
+          if (transport == Transport::Runtime)
+            return emitRuntimeSendRecv(isSend, peer, at, bytes);
+          // Rows run in the schedule's shared order, so blocking calls
+          // cannot deadlock (planner::SegmentMethod::SendRecv).
+          Value route = LLVM::CallOp::create(
+                            b, loc, declare(RuntimeFunction::MpiRoute),
+                            ValueRange{runtime, device, peer,
+                                       arith::ExtUIOp::create(
+                                           b, loc, b.getI32Type(), isSend)})
+                            .getResult();
+          Value viaRuntime = arith::CmpIOp::create(
+              b, loc, arith::CmpIPredicate::slt, route, e.i64(0));
           e.ifThenElse(
-              e.eq(commColumn(row, kCommKind),
-                   static_cast<int64_t>(planner::CommKind::Send)),
-              [&]() {
-                e.call(declare(RuntimeFunction::Send),
-                       {runtime, device, peer, at, bytes});
-              },
-              [&]() {
-                e.call(declare(RuntimeFunction::Recv),
-                       {runtime, device, peer, at, bytes});
-              });
+              viaRuntime,
+              [&]() { emitRuntimeSendRecv(isSend, peer, at, bytes); },
+              [&]() { emitMpiSendRecv(isSend, route, at, bytes); });
         });
         runRangeCopies(rangeRow, kPackedEnd, kBeforeEnd);
         e.call(declare(RuntimeFunction::GroupEnd), {runtime, device});
       },
       beforeRows);
+}
+
+void CpuExchangeEmitter::emitRuntimeSendRecv(Value isSend, Value peer, Value at,
+                                             Value bytes) {
+  Value pointer = e.pointer(at);
+  e.ifThenElse(
+      isSend,
+      [&]() {
+        e.call(declare(RuntimeFunction::Send),
+               {runtime, device, peer, pointer, bytes});
+      },
+      [&]() {
+        e.call(declare(RuntimeFunction::Recv),
+               {runtime, device, peer, pointer, bytes});
+      });
+}
+
+/// `bytes` at `address` as the memref<?xi8> an mpi op takes: the
+/// descriptor the LLVM lowering will see, cast to the memref type (the
+/// cast folds away when the mpi op is lowered to a call).
+Value CpuExchangeEmitter::mpiView(Value address, Value bytes) {
+  MLIRContext *context = b.getContext();
+  Type i64Type = b.getI64Type();
+  auto array = LLVM::LLVMArrayType::get(i64Type, 1);
+  auto pointerType = LLVM::LLVMPointerType::get(context);
+  auto descriptorType = LLVM::LLVMStructType::getLiteral(
+      context, {pointerType, pointerType, i64Type, array, array});
+  Value pointer = e.pointer(address);
+  Value descriptor = LLVM::PoisonOp::create(b, loc, descriptorType);
+  auto insert = [&](Value value, ArrayRef<int64_t> position) {
+    descriptor =
+        LLVM::InsertValueOp::create(b, loc, descriptor, value, position);
+  };
+  insert(pointer, {0});
+  insert(pointer, {1});
+  insert(e.i64(0), {2});
+  insert(bytes, {3, 0});
+  insert(e.i64(1), {4, 0});
+  auto viewType = MemRefType::get({ShapedType::kDynamic}, b.getI8Type());
+  return UnrealizedConversionCastOp::create(b, loc, viewType, descriptor)
+      .getResult(0);
+}
+
+/// A message to or from another process as blocking mpi.send / mpi.recv
+/// on MPI_COMM_WORLD, in pieces MPI's int counts can carry; `route` is
+/// polymesh_rt_mpi_route's rank * 2^32 + tag.
+void CpuExchangeEmitter::emitMpiSendRecv(Value isSend, Value route,
+                                         Value address, Value bytes) {
+  Type i32Type = b.getI32Type();
+  Value rank = arith::TruncIOp::create(
+      b, loc, i32Type, arith::ShRUIOp::create(b, loc, route, e.i64(32)));
+  Value tag = arith::TruncIOp::create(b, loc, i32Type, route);
+  Value comm =
+      mpi::CommWorldOp::create(b, loc, mpi::CommType::get(b.getContext()));
+  Value piece = e.i64(kMpiPieceBytes);
+  Value pieces = arith::CeilDivSIOp::create(b, loc, bytes, piece);
+  e.loop(e.index(0), e.toIndex(pieces), [&](Value i) {
+    Value offset = e.mul(e.toI64(i), piece);
+    Value left = arith::SubIOp::create(b, loc, bytes, offset);
+    Value length = arith::MinSIOp::create(b, loc, left, piece);
+    Value view = mpiView(e.add(address, offset), length);
+    e.ifThenElse(
+        isSend,
+        [&]() {
+          mpi::SendOp::create(b, loc, TypeRange{}, view, tag, rank, comm);
+        },
+        [&]() {
+          mpi::RecvOp::create(b, loc, TypeRange{}, view, tag, rank, comm);
+        });
+  });
 }
 
 void CpuExchangeEmitter::emitBroadcast(Value rangeRow) {
@@ -303,8 +395,10 @@ Value CpuExchangeEmitter::emit() {
 struct ExchangeToCpuPattern : public OpConversionPattern<ExchangeOp> {
   ExchangeToCpuPattern(
       MLIRContext *context,
-      const llvm::DenseMap<Operation *, PreparedExchange> &prepared)
-      : OpConversionPattern<ExchangeOp>(context), prepared(prepared) {}
+      const llvm::DenseMap<Operation *, PreparedExchange> &prepared,
+      Transport transport)
+      : OpConversionPattern<ExchangeOp>(context), prepared(prepared),
+        transport(transport) {}
 
   LogicalResult
   matchAndRewrite(ExchangeOp op, OpAdaptor adaptor,
@@ -313,17 +407,33 @@ struct ExchangeToCpuPattern : public OpConversionPattern<ExchangeOp> {
     if (it == prepared.end())
       return rewriter.notifyMatchFailure(op, "no tables prepared");
     CpuExchangeEmitter emitter(op, it->second, op->getParentOfType<ModuleOp>(),
-                               rewriter);
+                               rewriter, transport);
     rewriter.replaceOp(op, emitter.emit());
     return success();
   }
 
   const llvm::DenseMap<Operation *, PreparedExchange> &prepared;
+  Transport transport;
 };
+
+/// Names the MPI implementation whose ABI the mpi ops lower to, where
+/// upstream's MPI-to-LLVM patterns look for it.
+LogicalResult setMpiImplementation(ModuleOp module, StringRef name) {
+  if (name != "OpenMPI" && name != "MPICH")
+    return module.emitError() << "unknown MPI implementation '" << name
+                              << "': the MPI lowering knows OpenMPI and MPICH";
+  MLIRContext *context = module.getContext();
+  auto entry =
+      DataLayoutEntryAttr::get(StringAttr::get(context, "MPI:Implementation"),
+                               StringAttr::get(context, name));
+  module->setAttr(DLTIDialect::kMapAttrName, MapAttr::get(context, {entry}));
+  return success();
+}
 
 /// Builds every exchange's tables (and its function's group buffer) in
 /// `module`, then rewrites the exchanges by ExchangeToCpuPattern.
-LogicalResult convertExchangesToCpu(ModuleOp module) {
+LogicalResult convertExchangesToCpu(ModuleOp module,
+                                    Transport transport = Transport::Runtime) {
   PlanTableBuilder builder(module);
   llvm::DenseMap<Operation *, PreparedExchange> prepared;
   WalkResult walk = module.walk([&](ExchangeOp op) {
@@ -347,16 +457,16 @@ LogicalResult convertExchangesToCpu(ModuleOp module) {
          {RuntimeFunction::Malloc, RuntimeFunction::Free,
           RuntimeFunction::Staging, RuntimeFunction::GroupStart,
           RuntimeFunction::GroupEnd, RuntimeFunction::Send,
-          RuntimeFunction::Recv, RuntimeFunction::Broadcast,
-          RuntimeFunction::AllGather, RuntimeFunction::AllReduce,
-          RuntimeFunction::ReduceScatter})
+          RuntimeFunction::Recv, RuntimeFunction::MpiRoute,
+          RuntimeFunction::Broadcast, RuntimeFunction::AllGather,
+          RuntimeFunction::AllReduce, RuntimeFunction::ReduceScatter})
       getOrDeclare(module, function);
   MLIRContext *context = module.getContext();
   ConversionTarget target(*context);
   target.addIllegalOp<ExchangeOp>();
   target.markUnknownOpDynamicallyLegal([](Operation *) { return true; });
   RewritePatternSet patterns(context);
-  patterns.add<ExchangeToCpuPattern>(context, prepared);
+  patterns.add<ExchangeToCpuPattern>(context, prepared, transport);
   return applyPartialConversion(module, target, std::move(patterns));
 }
 
@@ -371,6 +481,19 @@ struct PolymeshExchangeToCpuPass
   }
 };
 
+struct PolymeshExchangeToMpiPass
+    : public polymesh::impl::PolymeshExchangeToMpiBase<
+          PolymeshExchangeToMpiPass> {
+  using Base::Base;
+
+  void runOnOperation() final {
+    ModuleOp module = getOperation();
+    if (failed(setMpiImplementation(module, mpiImplementation)) ||
+        failed(convertExchangesToCpu(module, Transport::Mpi)))
+      return signalPassFailure();
+  }
+};
+
 struct PolymeshLowerToCpuPass
     : public polymesh::impl::PolymeshLowerToCpuBase<PolymeshLowerToCpuPass> {
   using Base::Base;
@@ -379,7 +502,7 @@ struct PolymeshLowerToCpuPass
     registerHostLoweringDialects(registry);
     registry.insert<memref::MemRefDialect, scf::SCFDialect,
                     bufferization::BufferizationDialect, LLVM::LLVMDialect,
-                    arith::ArithDialect>();
+                    arith::ArithDialect, mpi::MPIDialect, DLTIDialect>();
     OpPassManager pm(ModuleOp::getOperationName());
     buildHostLoweringPipeline(pm);
     pm.getDependentDialects(registry);
@@ -387,7 +510,17 @@ struct PolymeshLowerToCpuPass
 
   void runOnOperation() final {
     ModuleOp module = getOperation();
-    if (failed(convertExchangesToCpu(module)) ||
+    Transport transport = Transport::Runtime;
+    if (transportName == "mpi") {
+      transport = Transport::Mpi;
+      if (failed(setMpiImplementation(module, mpiImplementation)))
+        return signalPassFailure();
+    } else if (transportName != "runtime") {
+      module.emitError() << "unknown transport '" << transportName
+                         << "': use runtime or mpi";
+      return signalPassFailure();
+    }
+    if (failed(convertExchangesToCpu(module, transport)) ||
         failed(finishPartitionedModule(module, "the CPU",
                                        /*readOnlyArguments=*/true)))
       return signalPassFailure();

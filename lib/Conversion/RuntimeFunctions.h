@@ -31,6 +31,7 @@ enum class RuntimeFunction {
   GroupEnd,
   Send,
   Recv,
+  MpiRoute,
   Broadcast,
   AllGather,
   AllReduce,

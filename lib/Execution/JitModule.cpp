@@ -86,6 +86,7 @@ llvm::orc::SymbolMap runtimeSymbols(llvm::orc::MangleAndInterner interner) {
   POLYMESH_RT_SYMBOL(polymesh_rt_group_end);
   POLYMESH_RT_SYMBOL(polymesh_rt_send);
   POLYMESH_RT_SYMBOL(polymesh_rt_recv);
+  POLYMESH_RT_SYMBOL(polymesh_rt_mpi_route);
   POLYMESH_RT_SYMBOL(polymesh_rt_broadcast);
   POLYMESH_RT_SYMBOL(polymesh_rt_all_gather);
   POLYMESH_RT_SYMBOL(polymesh_rt_all_to_all);

@@ -473,10 +473,16 @@ compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
                              : "--polymesh-lower-to-cpu";
   {
     PassManager pm(context);
-    if (target == ShardedTarget::Cuda)
+    if (target == ShardedTarget::Cuda) {
       pm.addPass(createPolymeshLowerToCuda());
-    else
-      pm.addPass(createPolymeshLowerToCpu());
+    } else {
+      PolymeshLowerToCpuOptions cpu;
+      if (!runnerOptions.mpiImplementation.empty()) {
+        cpu.transportName = "mpi";
+        cpu.mpiImplementation = runnerOptions.mpiImplementation;
+      }
+      pm.addPass(createPolymeshLowerToCpu(cpu));
+    }
     if (failed(pm.run(*module)))
       return error(llvm::Twine(lowering) +
                    " failed: " + capture.firstError("no diagnostic"));

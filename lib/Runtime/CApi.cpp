@@ -159,6 +159,21 @@ int32_t polymesh_rt_recv(PolymeshRuntime *rt, int64_t device, int64_t peer,
   return statusCodeOf(backend->recv(device, peer, buf, bytes));
 }
 
+int64_t polymesh_rt_mpi_route(PolymeshRuntime *rt, int64_t device, int64_t peer,
+                              int32_t is_send) {
+  Backend *backend = backendOf(rt);
+  if (!backend) {
+    unusable(rt);
+    return -1;
+  }
+  absl::StatusOr<std::optional<Backend::MpiRoute>> route =
+      backend->mpiRoute(device, peer, is_send != 0);
+  if (!route.ok() || !*route)
+    return -1;
+  return (static_cast<int64_t>((*route)->rank) << 32) |
+         static_cast<uint32_t>((*route)->tag);
+}
+
 int32_t polymesh_rt_broadcast(PolymeshRuntime *rt, int64_t device,
                               const int64_t *members, int64_t num_members,
                               int64_t root, const void *send, void *recv,

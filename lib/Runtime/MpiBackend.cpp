@@ -954,7 +954,96 @@ public:
     fail(status, /*local=*/true);
     return status;
   }
+
+  /// A blocking send or receive of generated code (mpi.send, mpi.recv),
+  /// waited for like the runtime's own messages: until the timeout or the
+  /// run's first error. Returns an MPI error code; a failure is also the
+  /// run's error, so the device's next runtime call fails.
+  int blockingTransfer(bool isSend, void *buf, int count, MPI_Datatype type,
+                       int peerRank, int messageTag, MPI_Comm comm) {
+    if (checkFailed())
+      return MPI_ERR_OTHER;
+    std::string what =
+        absl::StrCat(isSend ? "mpi.send to" : "mpi.recv from", " device ",
+                     routeContext.peer, " (rank ", peerRank, ") on device ",
+                     routeContext.device, " (rank ", rank, ")");
+    MPI_Request request;
+    int code =
+        isSend
+            ? MPI_Isend(buf, count, type, peerRank, messageTag, comm, &request)
+            : MPI_Irecv(buf, count, type, peerRank, messageTag, comm, &request);
+    if (code != MPI_SUCCESS) {
+      fail(absl::InternalError(absl::StrCat(what, ": ", mpiErrorText(code))),
+           /*local=*/true);
+      return code;
+    }
+    std::vector<char> done(1, 0);
+    // MPI_Test sets no MPI_ERROR of its status, which testRequest reads.
+    MPI_Status status{};
+    absl::Status waited = pollUntilDone(
+        done, [&](size_t) { return testRequest(request, status); },
+        Clock::now() + absl::ToChronoMilliseconds(options.timeout),
+        [this] { return checkFailed(); });
+    if (!waited.ok()) {
+      std::vector<MPI_Request> requests{request};
+      dropRequests(requests, done);
+      if (absl::IsDeadlineExceeded(waited))
+        fail(absl::DeadlineExceededError(absl::StrCat(
+                 "timed out after ", absl::FormatDuration(options.timeout),
+                 ": ", what, " never completed")),
+             /*local=*/true);
+      else if (!absl::IsAborted(waited))
+        fail(absl::InternalError(absl::StrCat(what, ": ", waited.message())),
+             /*local=*/true);
+      return MPI_ERR_OTHER;
+    }
+    int received = count;
+    if (!isSend)
+      MPI_Get_count(&status, type, &received);
+    if (received != count) {
+      fail(absl::InvalidArgumentError(absl::StrCat(what, ": ", received,
+                                                   " elements came where ",
+                                                   count, " were expected")),
+           /*local=*/true);
+      return MPI_ERR_TRUNCATE;
+    }
+    return MPI_SUCCESS;
+  }
+
+  /// The call the device's thread routed last, for diagnostics.
+  struct RouteContext {
+    int64_t device = -1;
+    int64_t peer = -1;
+  };
+  static thread_local RouteContext routeContext;
 };
+
+thread_local MpiState::RouteContext MpiState::routeContext;
+
+namespace {
+
+/// The MpiBackend of the run in progress: generated code's MPI_Send and
+/// MPI_Recv wait as it says. Runs of one process follow each other.
+std::atomic<MpiState *> activeState{nullptr};
+
+int generatedSend(const void *buf, int count, MPI_Datatype type, int dest,
+                  int tag, MPI_Comm comm) {
+  MpiState *state = activeState.load(std::memory_order_acquire);
+  if (!state)
+    return MPI_Send(buf, count, type, dest, tag, comm);
+  return state->blockingTransfer(true, const_cast<void *>(buf), count, type,
+                                 dest, tag, comm);
+}
+
+int generatedRecv(void *buf, int count, MPI_Datatype type, int source, int tag,
+                  MPI_Comm comm, MPI_Status *status) {
+  MpiState *state = activeState.load(std::memory_order_acquire);
+  if (!state)
+    return MPI_Recv(buf, count, type, source, tag, comm, status);
+  return state->blockingTransfer(false, buf, count, type, source, tag, comm);
+}
+
+} // namespace
 
 //===----------------------------------------------------------------------===//
 // MpiBackend
@@ -1016,9 +1105,13 @@ MpiBackend::create(MpiWorld &world, std::vector<int64_t> devices,
 }
 
 MpiBackend::MpiBackend(std::unique_ptr<MpiState> state)
-    : state(std::move(state)) {}
+    : state(std::move(state)) {
+  activeState.store(this->state.get(), std::memory_order_release);
+}
 
 MpiBackend::~MpiBackend() {
+  MpiState *mine = state.get();
+  activeState.compare_exchange_strong(mine, nullptr);
   std::lock_guard<std::mutex> lock(state->noticeMu);
   if (state->noticeRequest != MPI_REQUEST_NULL) {
     MPI_Cancel(&state->noticeRequest);
@@ -1100,6 +1193,24 @@ absl::Status MpiBackend::recv(int64_t device, int64_t peer, void *buf,
     return state->postPieces(pending, false, MpiState::P2P, device, peer, buf,
                              bytes);
   });
+}
+
+absl::StatusOr<std::optional<Backend::MpiRoute>>
+MpiBackend::mpiRoute(int64_t device, int64_t peer, bool isSend) {
+  if (state->checkFailed())
+    return state->abortedStatus();
+  if (absl::StatusOr<DeviceState *> own = state->ownDevice(device); !own.ok())
+    return state->failWith(own.status());
+  OpKind kind = isSend ? OpKind::Send : OpKind::Recv;
+  if (absl::Status s = state->checkPeer(kind, device, peer); !s.ok())
+    return state->failWith(s);
+  int peerRank = state->ownerOf.at(peer);
+  if (peerRank == state->rank)
+    return std::optional<MpiRoute>();
+  MpiState::routeContext = {device, peer};
+  int messageTag = isSend ? state->tag(MpiState::P2P, device, peer)
+                          : state->tag(MpiState::P2P, peer, device);
+  return std::optional<MpiRoute>(MpiRoute{peerRank, messageTag});
 }
 
 absl::Status MpiBackend::broadcast(int64_t device,
@@ -1332,3 +1443,30 @@ void MpiBackend::abort(const absl::Status &error) {
 }
 
 } // namespace polymesh::runtime
+
+//===----------------------------------------------------------------------===//
+// Generated code's MPI calls
+//===----------------------------------------------------------------------===//
+
+std::vector<std::pair<std::string, void *>>
+polymesh::runtime::mpiCodegenSymbols() {
+  std::vector<std::pair<std::string, void *>> symbols = {
+      {"MPI_Send", reinterpret_cast<void *>(&generatedSend)},
+      {"MPI_Recv", reinterpret_cast<void *>(&generatedRecv)},
+  };
+#ifdef OPEN_MPI
+  // Open MPI's handles are addresses of these objects (MPICH's are
+  // integer constants the lowering writes into the code).
+  symbols.push_back({"ompi_mpi_comm_world", &ompi_mpi_comm_world});
+  symbols.push_back({"ompi_mpi_int8_t", &ompi_mpi_int8_t});
+#endif
+  return symbols;
+}
+
+const char *polymesh::runtime::mpiImplementationName() {
+#ifdef OPEN_MPI
+  return "OpenMPI";
+#else
+  return "MPICH";
+#endif
+}

@@ -127,6 +127,14 @@ llvm::cl::opt<int> mpiTimeoutSeconds(
                    "for (default 30)"),
     llvm::cl::init(30), llvm::cl::cat(runCategory));
 
+llvm::cl::opt<std::string> mpiMessages(
+    "mpi-messages",
+    llvm::cl::desc("With --backend=mpi: who moves the messages between "
+                   "processes: 'code' (the generated code's mpi.send and "
+                   "mpi.recv, --polymesh-lower-to-cpu=transport=mpi) or "
+                   "'runtime' (the runtime's send and recv)"),
+    llvm::cl::init("code"), llvm::cl::cat(runCategory));
+
 llvm::cl::opt<bool> simulateGpus(
     "simulate-gpus",
     llvm::cl::desc("With --backend=nccl: simulated GPUs, CUDA and NCCL in "
@@ -309,7 +317,7 @@ LogicalResult checkSameProgram(llvm::StringRef text) {
   llvm::raw_string_ostream os(options);
   os << entry << '\0' << static_cast<int>(verifyResults.getValue()) << '\0'
      << devicesPerProcess << '\0' << static_cast<int>(shardedPath.getValue())
-     << '\0' << mpiTimeoutSeconds;
+     << '\0' << mpiTimeoutSeconds << '\0' << mpiMessages;
   uint64_t fingerprint =
       llvm::xxh3_64bits(text) ^ (llvm::xxh3_64bits(options) * 31);
   absl::StatusOr<std::vector<uint64_t>> all = mpiWorld->allGather(fingerprint);
@@ -651,7 +659,8 @@ ShardedRunnerOptions shardedOptions() {
 #if POLYMESH_HAVE_MPI
   if (backend == "mpi")
     useMpiBackend(options, *mpiWorld, ownership,
-                  absl::Seconds(std::max(1, mpiTimeoutSeconds.getValue())));
+                  absl::Seconds(std::max(1, mpiTimeoutSeconds.getValue())),
+                  mpiMessages == "code");
 #endif
 #if POLYMESH_HAVE_NCCL
   if (backend == "nccl") {
@@ -1353,6 +1362,11 @@ int main(int argc, char **argv) {
       "over a sharded dimension, which must lie within the rounding bound of "
       "their reordered additions (--verify=exact: bit for bit "
       "everywhere).\n");
+  if (mpiMessages != "code" && mpiMessages != "runtime") {
+    llvm::errs() << "error: --mpi-messages=" << mpiMessages
+                 << ": use 'code' or 'runtime'\n";
+    return 1;
+  }
   if (jitOptLevel > 3) {
     llvm::errs() << "error: --opt-level=" << jitOptLevel
                  << ": the LLVM optimization level is 0, 1, 2 or 3\n";

@@ -94,6 +94,7 @@ TEST(RuntimeFunctions, MatchTheRuntimeHeaders) {
       {F::GroupEnd, "polymesh_rt_group_end", PROTOTYPE(polymesh_rt_group_end)},
       {F::Send, "polymesh_rt_send", PROTOTYPE(polymesh_rt_send)},
       {F::Recv, "polymesh_rt_recv", PROTOTYPE(polymesh_rt_recv)},
+      {F::MpiRoute, "polymesh_rt_mpi_route", PROTOTYPE(polymesh_rt_mpi_route)},
       {F::Broadcast, "polymesh_rt_broadcast", PROTOTYPE(polymesh_rt_broadcast)},
       {F::AllGather, "polymesh_rt_all_gather",
        PROTOTYPE(polymesh_rt_all_gather)},

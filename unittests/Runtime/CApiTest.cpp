@@ -61,6 +61,11 @@ TEST(CApi, Queries) {
   EXPECT_EQ(polymesh_rt_dtype_size(POLYMESH_RT_BF16), 2);
   EXPECT_EQ(polymesh_rt_dtype_size(POLYMESH_RT_I64), 8);
   EXPECT_EQ(polymesh_rt_dtype_size(99), 0);
+  // One process: the runtime carries every message of the MPI lowering.
+  EXPECT_EQ(polymesh_rt_mpi_route(r.rt, 4, 9, 1), -1);
+  EXPECT_EQ(polymesh_rt_mpi_route(r.rt, 9, 4, 0), -1);
+  EXPECT_EQ(polymesh_rt_mpi_route(nullptr, 4, 9, 1), -1);
+  EXPECT_EQ(polymesh_rt_status(r.rt), POLYMESH_RT_OK);
 }
 
 TEST(CApi, FailedCreationKeepsTheReason) {

@@ -24,6 +24,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <mpi.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -466,6 +467,140 @@ TEST(MpiErrors, ReceiveNobodySendsTimesOutAndAbortsTheOtherRanks) {
     EXPECT_THAT(status.message(),
                 HasSubstr(absl::StrCat("recv from device ", last, " (rank ",
                                        lastRank, ")")));
+}
+
+//===----------------------------------------------------------------------===//
+// Messages that generated code sends itself (the MPI lowering)
+//===----------------------------------------------------------------------===//
+
+using MpiSendFn = int (*)(const void *, int, MPI_Datatype, int, int, MPI_Comm);
+using MpiRecvFn = int (*)(void *, int, MPI_Datatype, int, int, MPI_Comm,
+                          MPI_Status *);
+
+/// What the JIT binds the lowering's MPI_Send and MPI_Recv to.
+std::pair<MpiSendFn, MpiRecvFn> codegenCalls() {
+  MpiSendFn send = nullptr;
+  MpiRecvFn recv = nullptr;
+  for (const auto &[name, address] : mpiCodegenSymbols()) {
+    if (name == "MPI_Send")
+      send = reinterpret_cast<MpiSendFn>(address);
+    if (name == "MPI_Recv")
+      recv = reinterpret_cast<MpiRecvFn>(address);
+  }
+  return {send, recv};
+}
+
+TEST(MpiCodegen, RoutesOnlyPeersOfOtherProcessesWithMatchingTags) {
+  auto backend = makeBackend(worldDevices());
+  ASSERT_TRUE(backend);
+  int rank = world->rank();
+  int size = world->size();
+  int64_t mine = kPerRank * rank;
+  // Same process: the runtime carries it.
+  auto local = backend->mpiRoute(mine, mine + 1, /*isSend=*/true);
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_FALSE(local->has_value());
+  if (size < 2)
+    return;
+  // Rank r's device 3r sends to device 3(r+1)+2; that device receives
+  // from device 3r in rank r+1. Both ends must name the message alike.
+  int next = (rank + 1) % size;
+  int previous = (rank + size - 1) % size;
+  auto send = backend->mpiRoute(mine, kPerRank * next + 2, /*isSend=*/true);
+  auto recv = backend->mpiRoute(mine + 2, kPerRank * previous,
+                                /*isSend=*/false);
+  // The other direction of a pair has a tag of its own.
+  auto back = backend->mpiRoute(mine, kPerRank * next + 2, /*isSend=*/false);
+  ASSERT_TRUE(send.ok() && recv.ok() && back.ok());
+  ASSERT_TRUE(send->has_value() && recv->has_value() && back->has_value());
+  EXPECT_NE((*back)->tag, (*send)->tag);
+  EXPECT_EQ((*send)->rank, next);
+  EXPECT_EQ((*recv)->rank, previous);
+  absl::StatusOr<std::vector<uint64_t>> sendTags =
+      world->allGather(static_cast<uint64_t>((*send)->tag));
+  absl::StatusOr<std::vector<uint64_t>> recvTags =
+      world->allGather(static_cast<uint64_t>((*recv)->tag));
+  ASSERT_TRUE(sendTags.ok() && recvTags.ok());
+  for (int r = 0; r < size; ++r)
+    EXPECT_EQ((*sendTags)[r], (*recvTags)[(r + 1) % size])
+        << "rank " << r << "'s send and its receiver's recv differ";
+  // Not a device of this process: refused, and the run fails (the other
+  // ranks hear of it, so this comes after every rank's routes).
+  auto foreign = backend->mpiRoute(kPerRank * next, mine, /*isSend=*/true);
+  EXPECT_FALSE(foreign.ok());
+  EXPECT_THAT(foreign.status().message(), HasSubstr("owned by rank"));
+}
+
+TEST(MpiCodegen, BlockingCallsMoveBytesBetweenProcesses) {
+  if (world->size() < 2)
+    GTEST_SKIP() << "needs two processes";
+  auto backend = makeBackend(worldDevices());
+  ASSERT_TRUE(backend);
+  auto [send, recv] = codegenCalls();
+  ASSERT_TRUE(send && recv);
+  // Ring over ranks: device 3r sends to device 3(r+1) (the next rank);
+  // rank 0 sends first, the others receive first, so the blocking calls
+  // complete in order around the ring.
+  int rank = world->rank();
+  int size = world->size();
+  absl::Status status = runOnDevices(*backend, [&](int64_t d) -> absl::Status {
+    if (d != kPerRank * rank)
+      return absl::OkStatus();
+    int64_t next = kPerRank * ((rank + 1) % size);
+    int64_t previous = kPerRank * ((rank + size - 1) % size);
+    std::vector<int32_t> out = stamp(d, 1000), in(1000, -1);
+    auto to = backend->mpiRoute(d, next, true);
+    auto from = backend->mpiRoute(d, previous, false);
+    if (!to.ok() || !from.ok())
+      return to.ok() ? from.status() : to.status();
+    int bytes = static_cast<int>(out.size() * sizeof(int32_t));
+    auto sendOut = [&] {
+      return send(out.data(), bytes, MPI_INT8_T, (*to)->rank, (*to)->tag,
+                  MPI_COMM_WORLD);
+    };
+    auto recvIn = [&] {
+      return recv(in.data(), bytes, MPI_INT8_T, (*from)->rank, (*from)->tag,
+                  MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    };
+    int first = rank == 0 ? sendOut() : recvIn();
+    int second = rank == 0 ? recvIn() : sendOut();
+    if (first != MPI_SUCCESS || second != MPI_SUCCESS)
+      return backend->firstError();
+    return expectEq(in, stamp(previous, 1000), d, "ring");
+  });
+  expectAllRanksOk(status);
+}
+
+TEST(MpiCodegen, SendNobodyReceivesTimesOutNamingBothEnds) {
+  if (world->size() < 2)
+    GTEST_SKIP() << "needs two processes";
+  auto backend = makeBackend(worldDevices(), absl::Seconds(2));
+  ASSERT_TRUE(backend);
+  auto [send, recv] = codegenCalls();
+  ASSERT_TRUE(send && recv);
+  // Rank 0's device 0 sends 64 MiB (past any eager limit) to device 3,
+  // which never receives; no call may wait past the timeout.
+  std::vector<char> big(64 << 20, 1);
+  absl::Status status = runOnDevices(*backend, [&](int64_t d) -> absl::Status {
+    if (d != 0)
+      return absl::OkStatus();
+    auto to = backend->mpiRoute(0, kPerRank, true);
+    if (!to.ok())
+      return to.status();
+    if (send(big.data(), static_cast<int>(big.size()), MPI_INT8_T, (*to)->rank,
+             (*to)->tag, MPI_COMM_WORLD) == MPI_SUCCESS)
+      return absl::InternalError("a send nobody receives completed");
+    return backend->firstError();
+  });
+  if (world->rank() == 0) {
+    ASSERT_FALSE(status.ok());
+    EXPECT_THAT(status.message(),
+                HasSubstr("timed out after 2s: mpi.send to device 3 (rank 1) "
+                          "on device 0 (rank 0) never completed"));
+  }
+  // The other ranks learn of it from rank 0's notice, or finish first.
+  absl::StatusOr<std::vector<uint64_t>> synced = world->allGather(0);
+  ASSERT_TRUE(synced.ok());
 }
 
 //===----------------------------------------------------------------------===//

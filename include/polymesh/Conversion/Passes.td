@@ -33,6 +33,55 @@ def PolymeshExchangeToCpu
                            "::mlir::arith::ArithDialect"];
 }
 
+def PolymeshExchangeToMpi
+    : Pass<"polymesh-exchange-to-mpi", "mlir::ModuleOp"> {
+  let summary = "Rewrites each polymesh.exchange as --polymesh-exchange-to-cpu "
+                "does, with messages between processes as upstream mpi.send "
+                "and mpi.recv";
+  let description = [{
+    The first stage of `--polymesh-lower-to-cpu=transport=mpi`, for
+    programs that run as several processes of an MPI job
+    (`polymesh-run --backend=mpi`, docs/multi-process.md). The code is
+    `--polymesh-exchange-to-cpu`'s, except for the rows of send/recv
+    segments: each asks the runtime where its message goes
+    (`polymesh_rt_mpi_route`). A peer in the same process (or any peer,
+    on a runtime that is not MPI) is a `polymesh_rt_send`/`recv` as
+    before; a peer in another process is a blocking `mpi.send` or
+    `mpi.recv` of the bytes, as a `memref<?xi8>` view, on
+    `mpi.comm_world` with the rank and tag the runtime gave, in pieces of
+    at most 1 GiB (MPI counts are ints).
+
+    Blocking calls in row order cannot deadlock: every device's rows of a
+    segment follow the plan's transfer order, which all devices share, so
+    the first pending message is the next call of both its ends
+    (`planner::SegmentMethod::SendRecv`; the schedule property tests run
+    every random schedule that way). Messages inside a process go through
+    the runtime's mailboxes, which never block before `group_end`.
+
+    Collectives stay runtime calls: upstream's `mpi` dialect has no
+    broadcast, all-gather or reduce-scatter, and its `mpi.allreduce`
+    reduces in an order MPI chooses over processes, where a device group
+    spans several devices of a process and partial sums must add in
+    member order to match the one-process result bit for bit.
+
+    The module gets `dlti.map = #dlti.map<"MPI:Implementation" = ...>`
+    (`mpi-implementation`: OpenMPI or MPICH), which upstream's
+    MPI-to-LLVM patterns read for the ABI's handles and datatypes.
+  }];
+  let options = [
+    Option<"mpiImplementation", "mpi-implementation", "std::string",
+           /*default=*/"\"OpenMPI\"",
+           "The MPI whose ABI the mpi ops lower to: OpenMPI or MPICH">,
+  ];
+  let dependentDialects = ["::mlir::memref::MemRefDialect",
+                           "::mlir::scf::SCFDialect",
+                           "::mlir::bufferization::BufferizationDialect",
+                           "::mlir::LLVM::LLVMDialect",
+                           "::mlir::arith::ArithDialect",
+                           "::mlir::mpi::MPIDialect",
+                           "::mlir::DLTIDialect"];
+}
+
 def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
   let summary = "Lowers partitioned programs to the LLVM dialect: generated "
                 "copy loops and calls into the loopback runtime";
@@ -79,12 +128,28 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
     * A plan that sums into its source buffer runs on a copy of the source
       tile; one that adds into its destination starts from zeros.
 
+    With `transport=mpi` the first stage is `--polymesh-exchange-to-mpi`
+    instead: messages between processes are upstream `mpi.send` and
+    `mpi.recv`, which the last stage lowers with upstream's MPI-to-LLVM
+    patterns to calls of `MPI_Send` and `MPI_Recv`.
+
     Then the whole module is lowered to the LLVM dialect by upstream passes
     (`buildHostLoweringPipeline`): TOSA to linalg, one-shot bufferization
     with identity layouts at function boundaries (arguments of partitioned
     functions are not writable), results as caller-allocated out-parameters,
-    loops, f16/bf16 emulation in f32, and the conversions to LLVM.
+    loops, f16/bf16 emulation in f32, and the conversions to LLVM (the
+    `mpi` dialect's among them).
   }];
+  let options = [
+    Option<"transportName", "transport", "std::string",
+           /*default=*/"\"runtime\"",
+           "How messages between processes move: runtime (the runtime's "
+           "send/recv) or mpi (mpi.send/mpi.recv in the code)">,
+    Option<"mpiImplementation", "mpi-implementation", "std::string",
+           /*default=*/"\"OpenMPI\"",
+           "transport=mpi: the MPI whose ABI the mpi ops lower to, OpenMPI "
+           "or MPICH">,
+  ];
 }
 
 def PolymeshLowerToCuda : Pass<"polymesh-lower-to-cuda", "mlir::ModuleOp"> {

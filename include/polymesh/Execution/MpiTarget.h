@@ -18,11 +18,19 @@ namespace polymesh::execution {
 /// devices `ownership` gives this rank of `world` (only their classes are
 /// compiled, only their tiles come back), over an MPI backend whose waits
 /// last at most `timeout`. Every rank must make the same runs in the same
-/// order (a run's index names its messages).
+/// order (a run's index names its messages). With `messagesInCode`, the
+/// generated code sends and receives the messages between processes itself
+/// (mpi.send and mpi.recv of the MPI lowering); otherwise the runtime's
+/// send and recv carry them.
 inline void useMpiBackend(ShardedRunnerOptions &options,
                           runtime::MpiWorld &world,
                           runtime::DeviceOwnership ownership,
-                          absl::Duration timeout) {
+                          absl::Duration timeout, bool messagesInCode = true) {
+  if (messagesInCode) {
+    options.mpiImplementation = runtime::mpiImplementationName();
+    for (auto &symbol : runtime::mpiCodegenSymbols())
+      options.jit.symbols.push_back(symbol);
+  }
   int rank = world.rank();
   options.runsDevice = [ownership, rank](int64_t device) {
     return ownership.ownerOf(device) == rank;

@@ -116,6 +116,12 @@ struct ShardedRunnerOptions {
   /// Required for ShardedTarget::Cuda; jit.symbols must then bind what the
   /// generated code calls (cudaCodegenSymbols()).
   CudaRunHooks cuda;
+  /// ShardedTarget::Cpu: empty, messages between processes go through the
+  /// runtime; else the MPI implementation ("OpenMPI", "MPICH") whose
+  /// MPI_Send and MPI_Recv the generated code calls for them
+  /// (`--polymesh-lower-to-cpu=transport=mpi`): jit.symbols must then
+  /// bind them (runtime::mpiCodegenSymbols()).
+  std::string mpiImplementation;
   JitOptions jit;
   /// How long a blocking runtime call may wait, in milliseconds; <= 0 takes
   /// the runtime's default (10 s).

@@ -54,6 +54,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace polymesh::runtime {
@@ -181,6 +182,19 @@ struct MpiOptions {
 
 class MpiState;
 
+/// What code of the MPI lowering (mpi.send and mpi.recv, lowered by
+/// upstream's MPI-to-LLVM patterns) links against in this process: MPI_Send
+/// and MPI_Recv bound to calls whose waits end at the running MpiBackend's
+/// timeout or at the run's first error, on this rank or a notice from
+/// another (a peer that died or never comes must not hang a blocking MPI
+/// call), and the handles the implementation's ABI names (Open MPI:
+/// ompi_mpi_comm_world, ompi_mpi_int8_t). Outside a run they are plain
+/// MPI_Send and MPI_Recv.
+std::vector<std::pair<std::string, void *>> mpiCodegenSymbols();
+/// The "MPI:Implementation" of the mpi.h this was built against, as the
+/// MPI-to-LLVM lowering names it: "OpenMPI" or "MPICH".
+const char *mpiImplementationName();
+
 class MpiBackend final : public Backend {
 public:
   /// `devices`: distinct non-negative ids, the same list on every rank.
@@ -214,6 +228,11 @@ public:
                              DataType type, ReduceOp op) override;
   absl::Status firstError() const override;
   void abort(const absl::Status &error) override;
+  /// A peer in another process: its rank and the tag of the pair's
+  /// messages in this run. Fails (and fails the run) on a device this
+  /// process does not own or a peer outside the run.
+  absl::StatusOr<std::optional<MpiRoute>> mpiRoute(int64_t device, int64_t peer,
+                                                   bool isSend) override;
 
 private:
   explicit MpiBackend(std::unique_ptr<MpiState> state);

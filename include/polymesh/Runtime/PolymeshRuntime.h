@@ -161,6 +161,15 @@ void *polymesh_rt_staging(PolymeshRuntime *rt, int64_t device, int64_t bytes);
 int32_t polymesh_rt_copy(PolymeshRuntime *rt, int64_t device, void *dst,
                          const void *src, int64_t bytes);
 
+/* Generated code that moves bytes between processes itself (the MPI
+ * lowering: mpi.send/mpi.recv on MPI_COMM_WORLD) asks where a send of
+ * `device` to `peer` (is_send != 0) or a receive from it goes: -1 when the
+ * runtime carries it with polymesh_rt_send/recv (the peer lives in this
+ * process, the backend is not MPI, or the call failed: the runtime keeps
+ * the error), else the peer's rank * 2^32 + the message's tag. */
+int64_t polymesh_rt_mpi_route(PolymeshRuntime *rt, int64_t device, int64_t peer,
+                              int32_t is_send);
+
 /* A device function: runs the program of `device`; returns 0 on success. */
 typedef int32_t (*PolymeshRtDeviceFn)(PolymeshRuntime *rt, int64_t device,
                                       void *user);

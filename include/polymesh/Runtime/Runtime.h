@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 struct PolymeshRuntime;
@@ -126,6 +127,20 @@ public:
   /// Records `error` as the first error unless there is one already, and
   /// releases every device blocked in a call (they fail as aborted).
   virtual void abort(const absl::Status &error) = 0;
+
+  /// Where a message of `device` to `peer` (`isSend`) or from it goes when
+  /// generated code moves it itself (the MPI lowering: upstream's mpi.send
+  /// and mpi.recv on MPI_COMM_WORLD): the peer's MPI rank and the tag, or
+  /// nullopt when the runtime carries it through send/recv (the peer lives
+  /// in this process, or the backend is not MPI).
+  struct MpiRoute {
+    int rank = 0;
+    int tag = 0;
+  };
+  virtual absl::StatusOr<std::optional<MpiRoute>>
+  mpiRoute(int64_t device, int64_t peer, bool isSend) {
+    return std::optional<MpiRoute>();
+  }
 
   /// runOnDevices marks a device finished when its function returns, so a
   /// backend that detects deadlocks knows which devices will make no more
