@@ -17,8 +17,10 @@ namespace {
 struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
   Option<std::string> target{*this, "target",
                              llvm::cl::desc("Code generation target: cpu "
-                                            "(loopback runtime) or cuda "
-                                            "(PTX kernels and NCCL)"),
+                                            "(loopback runtime), mpi (cpu, "
+                                            "with mpi.send/mpi.recv between "
+                                            "processes) or cuda (PTX "
+                                            "kernels and NCCL)"),
                              llvm::cl::init("cpu")};
   Option<int64_t> memoryLimitBytes{
       *this, "memory-limit-bytes",
@@ -48,7 +50,8 @@ struct UnsupportedTargetPass
   void runOnOperation() final {
     getOperation().emitError()
         << "polymesh-pipeline: target '" << target
-        << "' is not supported; use target=cpu or target=cuda";
+        << "' is not supported; use target=cpu, target=mpi or "
+           "target=cuda";
     signalPassFailure();
   }
   std::string target;
@@ -58,9 +61,11 @@ struct UnsupportedTargetPass
 void polymesh::registerPolymeshPipelines() {
   PassPipelineRegistration<PipelineOptions>(
       "polymesh-pipeline",
-      "Propagate, plan, partition and lower to a target (target=cpu|cuda)",
+      "Propagate, plan, partition and lower to a target "
+      "(target=cpu|mpi|cuda)",
       [](OpPassManager &pm, const PipelineOptions &options) -> LogicalResult {
-        if (options.target != "cpu" && options.target != "cuda") {
+        if (options.target != "cpu" && options.target != "mpi" &&
+            options.target != "cuda") {
           pm.addPass(std::make_unique<UnsupportedTargetPass>(options.target));
           return success();
         }
@@ -78,7 +83,10 @@ void polymesh::registerPolymeshPipelines() {
           cuda.features = options.features;
           pm.addPass(createPolymeshLowerToCuda(cuda));
         } else {
-          pm.addPass(createPolymeshLowerToCpu());
+          PolymeshLowerToCpuOptions cpu;
+          if (options.target == "mpi")
+            cpu.transportName = "mpi";
+          pm.addPass(createPolymeshLowerToCpu(cpu));
         }
         return success();
       });

@@ -1,6 +1,6 @@
 // RUN: polymesh-opt %s --polymesh-lower-to-cpu -split-input-file -verify-diagnostics
 // RUN: echo "" | not polymesh-opt --polymesh-pipeline=target=rocm 2>&1 | FileCheck %s --check-prefix=TARGET
-// TARGET: error: polymesh-pipeline: target 'rocm' is not supported; use target=cpu or target=cuda
+// TARGET: error: polymesh-pipeline: target 'rocm' is not supported; use target=cpu, target=mpi or target=cuda
 
 // --polymesh-lower-to-cpu needs partitioned programs.
 
