@@ -9,9 +9,13 @@
 // ReshardBench (an 8192x8192 f32 tensor from rows on devices 0-3 to columns
 // on devices 7-4), measured in one job:
 //
-// * BM_ReshardMpi: the generated program (--polymesh-pipeline=target=cpu,
+// * BM_ReshardMpi: the generated program (--polymesh-pipeline=target=mpi,
 //   ORC at -O2) as 2 processes x 4 devices on the MPI backend. Devices 0-3
-//   live in rank 0 and 4-7 in rank 1, so every byte crosses processes.
+//   live in rank 0 and 4-7 in rank 1, so every byte crosses processes, in
+//   the code's own blocking mpi.send/mpi.recv (polymesh-run's default).
+// * BM_ReshardMpiRuntimeMessages: the same with the messages in the
+//   runtime's send/recv (target=cpu, --mpi-messages=runtime): posted for
+//   the whole group at once with MPI_Isend/MPI_Irecv.
 // * BM_ReshardLoopback: the same program on 8 loopback devices in rank 0
 //   alone (rank 1 waits), the single-process run it replaces.
 // * BM_PlainMpi: the peer, a plain MPI program moving the same bytes: rank
@@ -129,6 +133,18 @@ void BM_ReshardMpi(benchmark::State &state) {
   runReshard(state, options, /*runs=*/true);
 }
 BENCHMARK(BM_ReshardMpi)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+
+void BM_ReshardMpiRuntimeMessages(benchmark::State &state) {
+  ShardedRunnerOptions options;
+  useMpiBackend(options, *world,
+                runtime::DeviceOwnership::over({}, world->size(), 4),
+                absl::Seconds(60), /*messagesInCode=*/false);
+  runReshard(state, options, /*runs=*/true);
+}
+BENCHMARK(BM_ReshardMpiRuntimeMessages)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
