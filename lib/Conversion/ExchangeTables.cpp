@@ -20,7 +20,8 @@ using namespace mlir;
 using namespace polymesh;
 using namespace polymesh::conversion;
 
-PlanTableBuilder::PlanTableBuilder(ModuleOp module) : module(module) {
+PlanTableBuilder::PlanTableBuilder(ModuleOp module, bool blockingRounds)
+    : module(module), blockingRounds(blockingRounds) {
   auto sortUnique = [](std::vector<int64_t> &ids) {
     llvm::sort(ids);
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
@@ -340,6 +341,7 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   // Collective sums need an element type both backends add (i1, i16 and
   // the rest keep send/recv with generated additions).
   planner::ScheduleOptions options;
+  options.blockingRounds = blockingRounds;
   options.reductions = runtimeSumDtype(type.getElementType()).has_value() &&
                        ncclSumDtype(type.getElementType()).has_value();
   // Rows for the devices that run this module's classes only: the others

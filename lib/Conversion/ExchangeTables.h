@@ -130,7 +130,9 @@ class PlanTableBuilder {
 public:
   /// Collects every partitioned function's devices and the devices that
   /// run its classes in this module.
-  explicit PlanTableBuilder(mlir::ModuleOp module);
+  /// With `blockingRounds`, send/recv rows are ordered for blocking calls
+  /// (planner::ScheduleOptions::blockingRounds: the MPI lowering).
+  explicit PlanTableBuilder(mlir::ModuleOp module, bool blockingRounds = false);
   /// The tables of `op`'s plan, with rows for the devices that run this
   /// module's classes of its function (`blocks` is -1 for the others).
   mlir::FailureOr<PlanTables *> tablesFor(ExchangeOp op);
@@ -150,6 +152,7 @@ public:
 
 private:
   mlir::ModuleOp module;
+  bool blockingRounds;
   mlir::SymbolTableCollection symbols;
   std::map<std::string, PlanTables> plans;
   llvm::StringMap<std::vector<int64_t>> devices;

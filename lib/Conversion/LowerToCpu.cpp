@@ -434,7 +434,8 @@ LogicalResult setMpiImplementation(ModuleOp module, StringRef name) {
 /// `module`, then rewrites the exchanges by ExchangeToCpuPattern.
 LogicalResult convertExchangesToCpu(ModuleOp module,
                                     Transport transport = Transport::Runtime) {
-  PlanTableBuilder builder(module);
+  PlanTableBuilder builder(module,
+                           /*blockingRounds=*/transport == Transport::Mpi);
   llvm::DenseMap<Operation *, PreparedExchange> prepared;
   WalkResult walk = module.walk([&](ExchangeOp op) {
     FailureOr<PlanTables *> tables = builder.tablesFor(op);

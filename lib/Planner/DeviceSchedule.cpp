@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 using namespace polymesh::planner;
 
@@ -500,11 +501,67 @@ namespace {
 
 /// Schedules one phase of a step that no collective matched: local copies
 /// and zero fills, send/recv rows, or one broadcast from a root.
+/// The phase's transfers (with a box) in the order their rows take. Send
+/// and receive rows keep one order that every device shares, whatever it
+/// is (a transfer adds both at once), so blocking calls in row order
+/// cannot deadlock (SegmentMethod::SendRecv). Which order decides how many
+/// of them run at once: with `rounds`, transfers go in rounds, each to the
+/// first round in which none of its devices has one yet, so that a round's
+/// messages are between distinct devices and run side by side. Messages of
+/// one pair keep their order (a later one finds the earlier one's round
+/// taken). Local transfers and broadcasts keep the plan's order.
+std::vector<const Transfer *> inRounds(const Step &step, int phase,
+                                       bool broadcast, bool rounds) {
+  std::vector<std::pair<int64_t, const Transfer *>> ordered;
+  std::unordered_map<int64_t, std::vector<char>> busy;
+  auto taken = [&](int64_t device, int64_t round) {
+    auto it = busy.find(device);
+    return it != busy.end() &&
+           round < static_cast<int64_t>(it->second.size()) && it->second[round];
+  };
+  auto take = [&](int64_t device, int64_t round) {
+    std::vector<char> &rounds = busy[device];
+    if (static_cast<int64_t>(rounds.size()) <= round)
+      rounds.resize(round + 1, 0);
+    rounds[round] = 1;
+  };
+  for (const Transfer &transfer : step.transfers) {
+    if (transfer.phase != phase || transfer.box.empty())
+      continue;
+    if (!rounds || broadcast || transfer.isLocal()) {
+      ordered.push_back({0, &transfer});
+      continue;
+    }
+    int64_t round = 0;
+    auto free = [&](int64_t r) {
+      if (taken(transfer.srcDevice, r))
+        return false;
+      return std::none_of(transfer.dstDevices.begin(),
+                          transfer.dstDevices.end(),
+                          [&](int64_t d) { return taken(d, r); });
+    };
+    while (!free(round))
+      ++round;
+    take(transfer.srcDevice, round);
+    for (int64_t d : transfer.dstDevices)
+      take(d, round);
+    ordered.push_back({round, &transfer});
+  }
+  std::stable_sort(
+      ordered.begin(), ordered.end(),
+      [](const auto &a, const auto &b) { return a.first < b.first; });
+  std::vector<const Transfer *> transfers;
+  transfers.reserve(ordered.size());
+  for (const auto &entry : ordered)
+    transfers.push_back(entry.second);
+  return transfers;
+}
+
 class PhaseScheduler {
 public:
   PhaseScheduler(const Step &step, size_t stepIndex, int phase,
-                 const TileSet &tiles)
-      : step(step), phase(phase), tiles(tiles) {
+                 const TileSet &tiles, bool blockingRounds)
+      : step(step), phase(phase), tiles(tiles), blockingRounds(blockingRounds) {
     piece.phase = {stepIndex, phase};
   }
 
@@ -542,6 +599,7 @@ private:
   const Step &step;
   int phase;
   const TileSet &tiles;
+  bool blockingRounds;
   Piece piece;
   bool broadcast = false;
   bool remote = false;
@@ -764,10 +822,9 @@ absl::StatusOr<Piece> PhaseScheduler::run() {
   if (broadcast)
     if (absl::Status status = findDirectBroadcast(); !status.ok())
       return status;
-  for (const Transfer &transfer : step.transfers) {
-    if (transfer.phase != phase || transfer.box.empty())
-      continue;
-    if (absl::Status status = scheduleTransfer(transfer); !status.ok())
+  for (const Transfer *transfer :
+       inRounds(step, phase, broadcast, blockingRounds)) {
+    if (absl::Status status = scheduleTransfer(*transfer); !status.ok())
       return status;
   }
   if (broadcast) {
@@ -928,7 +985,8 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
         builder.add(std::move(*collective));
         continue;
       }
-      absl::StatusOr<Piece> piece = PhaseScheduler(step, s, phase, tiles).run();
+      absl::StatusOr<Piece> piece =
+          PhaseScheduler(step, s, phase, tiles, options.blockingRounds).run();
       if (!piece.ok())
         return piece.status();
       builder.add(std::move(*piece));

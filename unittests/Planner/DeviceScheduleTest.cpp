@@ -1715,12 +1715,16 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
     ScheduleOptions scheduleOptions;
     scheduleOptions.reductions = i % 4 != 1;
     scheduleOptions.collectives = i % 8 != 3;
+    // Every other case orders send/recv rows for blocking calls (the MPI
+    // lowering); both orders must run, as blocking calls too.
+    scheduleOptions.blockingRounds = i % 2 == 0;
     Checked checked;
     ASSERT_TRUE(checkSchedule(*plan, c.source, c.destination,
                               programDevices(c.source, c.destination, extra),
                               &checked, scheduleOptions))
         << what << " reductions=" << scheduleOptions.reductions
-        << " collectives=" << scheduleOptions.collectives << "\n"
+        << " collectives=" << scheduleOptions.collectives
+        << " blockingRounds=" << scheduleOptions.blockingRounds << "\n"
         << formatPlan(*plan);
     limited += c.options.memoryLimitBytes > 0;
     reductions += plan->reducesInPlace;
@@ -1764,6 +1768,33 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   RecordProperty("all_gather_segments", totals.allGatherSegments);
   RecordProperty("all_reduce_segments", totals.allReduceSegments);
   RecordProperty("reduce_scatter_segments", totals.reduceScatterSegments);
+}
+
+TEST(DeviceSchedule, BlockingRoundsPairDistinctDevices) {
+  // Rows on devices 0-3 to columns on devices 7-4: every source sends one
+  // box to every destination. In rounds, the k-th calls of devices 0-3
+  // have four different peers, so blocking calls in row order run four at
+  // a time.
+  Mesh rows = makeMesh({{"x", 4}}, {0, 1, 2, 3});
+  Mesh cols = makeMesh({{"y", 4}}, {7, 6, 5, 4});
+  ScheduleOptions options;
+  options.blockingRounds = true;
+  Checked checked = planAndRun(layout(rows, {{"x"}, {}}, {8, 8}),
+                               layout(cols, {{}, {"y"}}, {8, 8}), 4, {}, {},
+                               options);
+  ASSERT_EQ(countSegments(checked.schedule, SegmentMethod::SendRecv), 1u);
+  for (const Segment &segment : checked.schedule.segments) {
+    if (segment.method != SegmentMethod::SendRecv)
+      continue;
+    for (size_t k = 0; k < 4; ++k) {
+      std::set<int64_t> peers;
+      for (size_t p = 0; p < 4; ++p) {
+        ASSERT_EQ(segment.perDevice[p].comm.size(), 4u);
+        peers.insert(segment.perDevice[p].comm[k].peer);
+      }
+      EXPECT_EQ(peers.size(), 4u) << "call " << k << " of devices 0-3";
+    }
+  }
 }
 
 TEST(DeviceSchedule, DisjointGroupsRunSideBySide) {

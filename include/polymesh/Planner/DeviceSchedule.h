@@ -193,6 +193,12 @@ struct ScheduleOptions {
   /// so that processes scheduling different devices agree on them; a group
   /// none of whose members is kept is left empty.
   std::vector<bool> keepRows;
+  /// Order each send/recv phase's transfers in rounds of distinct devices
+  /// (each to the first round in which none of its devices has one yet),
+  /// so that rows run as blocking calls in row order (the MPI lowering)
+  /// overlap. Off: the plan's order, which suits backends that post a
+  /// whole group at once.
+  bool blockingRounds = false;
 };
 
 /// Schedules `plan` (from `source` to `destination`) for the devices
