@@ -26,7 +26,11 @@ struct Tile {
   bool present = false;
 };
 
-Tile tileOf(const TensorLayout &layout, int64_t device, int64_t elementBytes) {
+/// `device`'s tile in `layout`: its box, laid out row-major over the box
+/// itself, or with `padded` over the layout's localShape() (every device's
+/// tile the same shape, the box at its start).
+Tile tileOf(const TensorLayout &layout, int64_t device, int64_t elementBytes,
+            bool padded) {
   Tile tile;
   size_t rank = layout.shape().size();
   std::optional<Box> box = layout.boxOfDevice(device);
@@ -37,9 +41,13 @@ Tile tileOf(const TensorLayout &layout, int64_t device, int64_t elementBytes) {
     tile.box = *box;
     tile.present = true;
   }
+  std::vector<int64_t> extents(rank);
+  for (size_t d = 0; d < rank; ++d)
+    extents[d] = padded && tile.present ? layout.localShape()[d]
+                                        : tile.box.hi[d] - tile.box.lo[d];
   tile.strides.assign(rank, elementBytes);
   for (size_t d = rank; d-- > 1;)
-    tile.strides[d - 1] = tile.strides[d] * (tile.box.hi[d] - tile.box.lo[d]);
+    tile.strides[d - 1] = tile.strides[d] * extents[d];
   return tile;
 }
 
@@ -118,8 +126,10 @@ bool contiguousIn(const Tile &tile, const Box &box) {
   size_t d = 0;
   while (d < rank && box.hi[d] - box.lo[d] == 1)
     ++d;
+  // Every inner dimension spans a whole row of the one outside it (in the
+  // tile's strides: a padded tile's rows are longer than its box).
   for (size_t e = d + 1; e < rank; ++e)
-    if (box.lo[e] != tile.box.lo[e] || box.hi[e] != tile.box.hi[e])
+    if (tile.strides[e - 1] != tile.strides[e] * (box.hi[e] - box.lo[e]))
       return false;
   return true;
 }
@@ -560,8 +570,8 @@ std::vector<const Transfer *> inRounds(const Step &step, int phase,
 class PhaseScheduler {
 public:
   PhaseScheduler(const Step &step, size_t stepIndex, int phase,
-                 const TileSet &tiles, bool blockingRounds)
-      : step(step), phase(phase), tiles(tiles), blockingRounds(blockingRounds) {
+                 const TileSet &tiles, const ScheduleOptions &options)
+      : step(step), phase(phase), tiles(tiles), options(options) {
     piece.phase = {stepIndex, phase};
   }
 
@@ -599,7 +609,7 @@ private:
   const Step &step;
   int phase;
   const TileSet &tiles;
-  bool blockingRounds;
+  const ScheduleOptions &options;
   Piece piece;
   bool broadcast = false;
   bool remote = false;
@@ -816,14 +826,14 @@ absl::Status PhaseScheduler::finishBroadcast() {
 }
 
 absl::StatusOr<Piece> PhaseScheduler::run() {
-  broadcast = isBroadcast(step, phase, piece.members);
+  broadcast = options.collectives && isBroadcast(step, phase, piece.members);
   if (absl::Status status = collectBuffers(); !status.ok())
     return status;
   if (broadcast)
     if (absl::Status status = findDirectBroadcast(); !status.ok())
       return status;
   for (const Transfer *transfer :
-       inRounds(step, phase, broadcast, blockingRounds)) {
+       inRounds(step, phase, broadcast, options.blockingRounds)) {
     if (absl::Status status = scheduleTransfer(*transfer); !status.ok())
       return status;
   }
@@ -942,8 +952,10 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     positionOf[devices[p]] = p;
   std::vector<Tile> sourceTiles, destinationTiles;
   for (int64_t device : devices) {
-    sourceTiles.push_back(tileOf(source, device, plan.elementBytes));
-    destinationTiles.push_back(tileOf(destination, device, plan.elementBytes));
+    sourceTiles.push_back(
+        tileOf(source, device, plan.elementBytes, options.paddedTiles));
+    destinationTiles.push_back(
+        tileOf(destination, device, plan.elementBytes, options.paddedTiles));
   }
   TileSet tiles{positionOf, sourceTiles, destinationTiles, plan.elementBytes,
                 schedule.outerDims};
@@ -986,7 +998,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
         continue;
       }
       absl::StatusOr<Piece> piece =
-          PhaseScheduler(step, s, phase, tiles, options.blockingRounds).run();
+          PhaseScheduler(step, s, phase, tiles, options).run();
       if (!piece.ok())
         return piece.status();
       builder.add(std::move(*piece));

@@ -181,8 +181,8 @@ struct DeviceSchedule {
 
 /// Which methods the code that runs a schedule can use.
 struct ScheduleOptions {
-  /// Emit AllGather, AllReduce and ReduceScatter segments where the plan's
-  /// steps have their shape (else they run as send/recv).
+  /// Emit Broadcast, AllGather, AllReduce and ReduceScatter segments where
+  /// the plan's steps have their shape (else they run as send/recv).
   bool collectives = true;
   /// The backend sums the element type in a collective (AllReduce,
   /// ReduceScatter); without it sums stay send/recv plus accumulate rows.
@@ -199,6 +199,11 @@ struct ScheduleOptions {
   /// overlap. Off: the plan's order, which suits backends that post a
   /// whole group at once.
   bool blockingRounds = false;
+  /// Tiles are row-major over the layout's localShape(), the same for every
+  /// device, the device's box at the start (uneven last shards padded): the
+  /// buffers of runtime::PlanExecutor. Off: over the box itself, as
+  /// partitioned programs hold them.
+  bool paddedTiles = false;
 };
 
 /// Schedules `plan` (from `source` to `destination`) for the devices

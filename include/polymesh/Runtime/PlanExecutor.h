@@ -13,20 +13,19 @@
 // of a step before phase 1, every box read before any box of the same phase
 // is written, `accumulate` adds in the element type, ZeroFill writes zeros.
 //
-// Per step and phase a device packs every box it sends into a contiguous
-// staging buffer, the backend exchanges the staging buffers, and the device
-// unpacks what it received, in the step's transfer order. A step runs on the
-// collective its kind names when its transfers have exactly that collective's
-// shape (and the collective needs no more staging than the plan accounts
-// for); otherwise, and always when ExecuteOptions::useCollectives is false,
-// it runs as grouped send/recv, which every backend has. Which one a step
-// uses is decided once, from the plan alone, so every device makes the same
-// collective calls on every communicator in the same order (NCCL's matching
-// rule).
+// It runs the plan's DeviceSchedule (planner::scheduleForDevices), the one
+// the CPU and CUDA lowerings turn into code: per segment a device runs its
+// `before` copy rows (packing into staging), its calls (grouped send/recv,
+// or the segment's broadcast, all-gather, all-reduce or reduce-scatter over
+// its group, in place), then its `after` rows. Which collective carries a
+// step phase is the schedule's decision, made from the plan alone, so every
+// device makes the same collective calls on every communicator in the same
+// order (NCCL's matching rule); ExecuteOptions::useCollectives false runs
+// every phase with communication as grouped send/recv. An all-to-all runs as
+// grouped send/recv, as in generated code.
 //
-// Staging is held for one step phase at a time, so no device ever holds more
-// than the plan's per-chunk accounting (DeviceStats::peakTempBytes); the
-// executor measures what it held (ExecutionStats::peakStagingBytes).
+// A device holds the schedule's staging for it (the most any one segment
+// needs) for the whole run: ExecutionStats::peakStagingBytes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -77,9 +76,6 @@ enum class StepMethod : uint8_t {
   Broadcast,
   /// Backend::allGather: every member contributes one box of the same size.
   AllGather,
-  /// Backend::allToAll: every ordered pair of members exchanges the same
-  /// number of bytes.
-  AllToAll,
   /// Backend::allReduce (sum) over the concatenated pieces of the group.
   AllReduce,
   /// Backend::reduceScatter (sum): every member owns one piece of one size.
@@ -87,7 +83,7 @@ enum class StepMethod : uint8_t {
   /// Grouped send/recv per phase: any step, whatever its kind.
   SendRecv,
 };
-constexpr int kNumStepMethods = 7;
+constexpr int kNumStepMethods = 6;
 
 /// snake_case name of a method, e.g. "all_gather", "send_recv".
 const char *stepMethodName(StepMethod method);
