@@ -1779,9 +1779,9 @@ TEST(DeviceSchedule, BlockingRoundsPairDistinctDevices) {
   Mesh cols = makeMesh({{"y", 4}}, {7, 6, 5, 4});
   ScheduleOptions options;
   options.blockingRounds = true;
-  Checked checked = planAndRun(layout(rows, {{"x"}, {}}, {8, 8}),
-                               layout(cols, {{}, {"y"}}, {8, 8}), 4, {}, {},
-                               options);
+  Checked checked =
+      planAndRun(layout(rows, {{"x"}, {}}, {8, 8}),
+                 layout(cols, {{}, {"y"}}, {8, 8}), 4, {}, {}, options);
   ASSERT_EQ(countSegments(checked.schedule, SegmentMethod::SendRecv), 1u);
   for (const Segment &segment : checked.schedule.segments) {
     if (segment.method != SegmentMethod::SendRecv)
