@@ -463,10 +463,11 @@ TEST(MpiErrors, ReceiveNobodySendsTimesOutAndAbortsTheOtherRanks) {
   EXPECT_THAT(status.message(), HasSubstr("timed out after 2s"));
   if (world->rank() == 0 && absl::IsDeadlineExceeded(status) &&
       status.message().find("device 0 (rank 0) still waits") !=
-          absl::string_view::npos)
+          absl::string_view::npos) {
     EXPECT_THAT(status.message(),
                 HasSubstr(absl::StrCat("recv from device ", last, " (rank ",
                                        lastRank, ")")));
+  }
 }
 
 //===----------------------------------------------------------------------===//
