@@ -6,7 +6,8 @@
 //
 // polymesh-fuzz-pipeline: every input that parses and verifies goes through
 // the CPU pipeline: --polymesh-propagate, --polymesh-plan (whose output must
-// print and parse back), --polymesh-partition and --polymesh-lower-to-cpu. A
+// print and parse back), --polymesh-partition and --polymesh-lower-to-cpu
+// (every other input with transport=mpi). A
 // pass may fail with a diagnostic; it must not crash, abort or trip a
 // sanitizer. Each pass that succeeds must leave IR that verifies: a pass
 // that reports success over invalid IR is a bug too, which the PassManager's
@@ -77,6 +78,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // input with a diagnostic, but not crash, and partitioned IR must verify.
   if (!runPass(*module, polymesh::createPolymeshPartition()))
     return 0;
-  runPass(*module, polymesh::createPolymeshLowerToCpu());
+  // Every other input lowers its messages between processes to mpi ops.
+  polymesh::PolymeshLowerToCpuOptions cpu;
+  if (size % 2)
+    cpu.transportName = "mpi";
+  runPass(*module, polymesh::createPolymeshLowerToCpu(cpu));
   return 0;
 }

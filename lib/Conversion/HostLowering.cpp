@@ -34,6 +34,7 @@
 #include "mlir/Dialect/Bufferization/Transforms/Passes.h"
 #include "mlir/Dialect/ControlFlow/Transforms/BufferDeallocationOpInterfaceImpl.h"
 #include "mlir/Dialect/ControlFlow/Transforms/BufferizableOpInterfaceImpl.h"
+#include "mlir/Dialect/DLTI/DLTI.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Linalg/IR/Linalg.h"
 #include "mlir/Dialect/Linalg/Passes.h"
@@ -224,7 +225,9 @@ struct MpiBufferEffects : public MemoryEffectOpInterface::ExternalModel<
 } // namespace
 
 void polymesh::registerHostLoweringDialects(DialectRegistry &registry) {
-  registry.insert<mpi::MPIDialect>();
+  // The MPI lowering's ops and the #dlti.map naming the MPI, so that its
+  // output reads back in.
+  registry.insert<mpi::MPIDialect, DLTIDialect>();
   registry.addExtension(+[](MLIRContext *context, mpi::MPIDialect *) {
     mpi::SendOp::attachInterface<MpiBufferEffects<mpi::SendOp, false>>(
         *context);

@@ -423,10 +423,23 @@ LogicalResult setMpiImplementation(ModuleOp module, StringRef name) {
     return module.emitError() << "unknown MPI implementation '" << name
                               << "': the MPI lowering knows OpenMPI and MPICH";
   MLIRContext *context = module.getContext();
-  auto entry =
-      DataLayoutEntryAttr::get(StringAttr::get(context, "MPI:Implementation"),
-                               StringAttr::get(context, name));
-  module->setAttr(DLTIDialect::kMapAttrName, MapAttr::get(context, {entry}));
+  auto key = StringAttr::get(context, "MPI:Implementation");
+  // Keep the other entries of a map the module has.
+  SmallVector<DataLayoutEntryInterface> entries;
+  if (Attribute existing = module->getAttr(DLTIDialect::kMapAttrName)) {
+    auto map = dyn_cast<MapAttr>(existing);
+    if (!map)
+      return module.emitError()
+             << "'" << DLTIDialect::kMapAttrName
+             << "' is not a #dlti.map; the MPI lowering adds its "
+                "\"MPI:Implementation\" entry there";
+    for (DataLayoutEntryInterface entry : map.getEntries())
+      if (entry.getKey() != DataLayoutEntryKey(key))
+        entries.push_back(entry);
+  }
+  entries.push_back(
+      DataLayoutEntryAttr::get(key, StringAttr::get(context, name)));
+  module->setAttr(DLTIDialect::kMapAttrName, MapAttr::get(context, entries));
   return success();
 }
 

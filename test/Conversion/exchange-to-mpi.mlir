@@ -2,6 +2,8 @@
 // RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition --polymesh-lower-to-cpu=transport=mpi -split-input-file | FileCheck %s --check-prefix=OMPI --enable-var-scope
 // RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition "--polymesh-lower-to-cpu=transport=mpi mpi-implementation=MPICH" -split-input-file | FileCheck %s --check-prefix=MPICH --enable-var-scope
 // RUN: polymesh-opt %s --polymesh-pipeline=target=mpi -split-input-file | FileCheck %s --check-prefix=OMPI --enable-var-scope
+// Stage by stage: the intermediate IR reads back in and lowers the same.
+// RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition --polymesh-exchange-to-mpi -split-input-file | polymesh-opt --polymesh-lower-to-cpu -split-input-file | FileCheck %s --check-prefix=OMPI --enable-var-scope
 // RUN: not polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition --polymesh-exchange-to-mpi=mpi-implementation=LAM -split-input-file 2>&1 | FileCheck %s --check-prefix=UNKNOWN
 // RUN: not polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition --polymesh-lower-to-cpu=transport=pigeon -split-input-file 2>&1 | FileCheck %s --check-prefix=TRANSPORT
 
