@@ -28,6 +28,7 @@ import os
 import random
 import re
 import shutil
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -991,15 +992,28 @@ CRASH_RE = re.compile(r"Stack dump|LLVM ERROR|Assertion|PLEASE submit|Segmentati
 
 
 class Tools:
-    def __init__(self, run, opt, timeout, run_args=()):
+    def __init__(self, run, opt, timeout, run_args=(), launcher=None):
         self.run, self.opt, self.timeout = run, opt, timeout
         # Extra polymesh-run flags (--opt-level=0 compiles about 1.7x faster).
         self.run_args = list(run_args)
+        # A launcher (e.g. "mpirun -np 3") runs polymesh-run as several
+        # processes: --backend=mpi and multi-process NCCL instead of one
+        # process's backends.
+        self.launcher = shlex.split(launcher) if launcher else None
 
     def configs(self, kind):
         """The checks each module kind goes through."""
-        c = [("opt", [self.opt, "--polymesh-pipeline=target=cpu", "-o", os.devnull]),
-             ("loopback", [self.run, "--verify"] + self.run_args)]
+        opt = ("opt", [self.opt, "--polymesh-pipeline=target=cpu", "-o", os.devnull])
+        if self.launcher:
+            # "{}" marks where the module goes (after the launcher's flags).
+            c = [opt, ("mpi", self.launcher + [self.run, "{}", "--backend=mpi", "--verify"]
+                       + self.run_args)]
+            if kind in ("move", "place"):
+                c.append(("nccl-mpi", self.launcher + [self.run, "{}", "--backend=nccl",
+                                                       "--simulate-gpus", "--verify"]
+                          + self.run_args))
+            return c
+        c = [opt, ("loopback", [self.run, "--verify"] + self.run_args)]
         if kind == "move":
             c.append(("executor", [self.run, "--verify", "--sharded-path=executor"] + self.run_args))
         if kind in ("move", "place"):
@@ -1009,7 +1023,8 @@ class Tools:
 
 def run_cmd(cmd, path, timeout):
     try:
-        p = subprocess.run(cmd[:1] + [path] + cmd[1:], stdout=subprocess.PIPE,
+        argv = [path if a == "{}" else a for a in cmd] if "{}" in cmd else cmd[:1] + [path] + cmd[1:]
+        p = subprocess.run(argv, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=timeout, text=True, errors="replace")
         return p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
@@ -1503,6 +1518,10 @@ def main():
     p.add_argument("--polymesh-run", default=None)
     p.add_argument("--polymesh-opt", default=None)
     p.add_argument("--timeout", type=float, default=300, help="seconds per tool run")
+    p.add_argument("--launcher", metavar="CMD",
+                   help="run polymesh-run under this launcher as several processes "
+                        "(e.g. --launcher='mpirun -np 3'): --backend=mpi and multi-process "
+                        "--backend=nccl --simulate-gpus instead of the one-process checks")
     p.add_argument("--run-arg", action="append", default=[], metavar="FLAG",
                    help="pass FLAG to every polymesh-run (e.g. --run-arg=--opt-level=0)")
     p.add_argument("--calls", action="store_true",
@@ -1528,7 +1547,7 @@ def main():
     bindir = args.bin_dir or os.path.join(here, "..", "build", "bin")
     tools = Tools(args.polymesh_run or os.path.join(bindir, "polymesh-run"),
                   args.polymesh_opt or os.path.join(bindir, "polymesh-opt"), args.timeout,
-                  args.run_arg)
+                  args.run_arg, args.launcher)
     return run_batch(args, tools)
 
 

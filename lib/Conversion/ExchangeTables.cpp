@@ -503,7 +503,9 @@ void ScheduleEmitter::emitSegments() {
       runRangeCopies(rangeRow, kBeforeBegin, kBeforeEnd);
     if (comms && sendRecv)
       emitSendRecv(rangeRow);
-    else if (comms && isCollective(method))
+    // Without members no device of this module joins a collective of the
+    // plan (a process's module whose devices sit out every group).
+    else if (comms && members && isCollective(method))
       emitCollective(method, rangeRow);
     runRangeCopies(rangeRow, kAfterBegin, kAfterEnd);
   }

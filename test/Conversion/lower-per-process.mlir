@@ -64,3 +64,28 @@ func.func @f(%x: tensor<8x6xf32> {polymesh.sharding = #polymesh.sharding<@a, [{"
   %1 = polymesh.reshard %x <@b, [{}, {"y"}]> : tensor<8x6xf32>
   return %1 : tensor<8x6xf32>
 }
+
+// -----
+
+// A plan whose collective (the all-reduce of the "z" partials on devices 0
+// and 1) lies wholly in another process: this process's devices (3 and 4)
+// only receive. Its module has no group to join, so no collective call,
+// only the send/recv group (this crashed the CPU and CUDA lowerings; found
+// by gen-programs.py under mpirun, seed 20261207).
+// CHECK: llvm.mlir.global private constant @__polymesh_reduced_elsewhere__plan0_blocks(dense<[-1, -1, 0, 0]> : tensor<4xi64>)
+// CHECK-LABEL: func @reduced_elsewhere__part1(
+// CPU-NOT: polymesh_rt_all_reduce
+// CPU: llvm.call @polymesh_rt_group_start
+// CPU: llvm.call @polymesh_rt_recv
+// CUDA-NOT: ncclAllReduce
+// CUDA: llvm.call @ncclGroupStart
+// CUDA: llvm.call @ncclRecv
+// ALL-LABEL: func @reduced_elsewhere__part0(
+// ALL: llvm.call @polymesh_rt_all_reduce
+polymesh.mesh @pair = <["z"=2], device_ids=[0, 1]>
+polymesh.mesh @far = <["b"=2], device_ids=[3, 4]>
+
+func.func @reduced_elsewhere(%p: tensor<12xi8> {polymesh.sharding = #polymesh.sharding<@pair, [{}], unreduced={"z"}>})
+    -> (tensor<12xi8> {polymesh.sharding = #polymesh.sharding<@far, [{"b"}]>}) {
+  return %p : tensor<12xi8>
+}
