@@ -76,13 +76,6 @@ struct MpiToLlvmPass
   }
   void runOnOperation() final {
     ModuleOp module = getOperation();
-    bool any = false;
-    module.walk([&](Operation *op) {
-      any |= isa<mpi::MPIDialect>(op->getDialect());
-      return any ? WalkResult::interrupt() : WalkResult::advance();
-    });
-    if (!any)
-      return;
     LLVMTypeConverter converter(&getContext());
     RewritePatternSet patterns(&getContext());
     mpi::populateMPIToLLVMConversionPatterns(converter, patterns);

@@ -933,6 +933,24 @@ absl::Status scheduleIdentity(DeviceSchedule &schedule, const TileSet &tiles,
 
 } // namespace
 
+const char *polymesh::planner::segmentMethodName(SegmentMethod method) {
+  switch (method) {
+  case SegmentMethod::Local:
+    return "local";
+  case SegmentMethod::SendRecv:
+    return "send_recv";
+  case SegmentMethod::Broadcast:
+    return "broadcast";
+  case SegmentMethod::AllGather:
+    return "all_gather";
+  case SegmentMethod::AllReduce:
+    return "all_reduce";
+  case SegmentMethod::ReduceScatter:
+    return "reduce_scatter";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     const TransferPlan &plan, const TensorLayout &source,
     const TensorLayout &destination, const std::vector<int64_t> &devices,

@@ -18,8 +18,6 @@
 
 #include "polymesh/Runtime/PlanExecutor.h"
 
-#include "polymesh/Planner/DeviceSchedule.h"
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -48,24 +46,6 @@ using planner::TensorLayout;
 using planner::Transfer;
 using planner::TransferPlan;
 
-const char *stepMethodName(StepMethod method) {
-  switch (method) {
-  case StepMethod::Local:
-    return "local";
-  case StepMethod::Broadcast:
-    return "broadcast";
-  case StepMethod::AllGather:
-    return "all_gather";
-  case StepMethod::AllReduce:
-    return "all_reduce";
-  case StepMethod::ReduceScatter:
-    return "reduce_scatter";
-  case StepMethod::SendRecv:
-    return "send_recv";
-  }
-  return "unknown";
-}
-
 namespace {
 
 bool boxWithin(const Box &outer, const Box &inner) {
@@ -86,25 +66,6 @@ int64_t product(const std::vector<int64_t> &values) {
   for (int64_t value : values)
     result *= value;
   return result;
-}
-
-/// The executor's name for how a segment communicates.
-StepMethod methodOf(SegmentMethod method) {
-  switch (method) {
-  case SegmentMethod::Local:
-    return StepMethod::Local;
-  case SegmentMethod::SendRecv:
-    return StepMethod::SendRecv;
-  case SegmentMethod::Broadcast:
-    return StepMethod::Broadcast;
-  case SegmentMethod::AllGather:
-    return StepMethod::AllGather;
-  case SegmentMethod::AllReduce:
-    return StepMethod::AllReduce;
-  case SegmentMethod::ReduceScatter:
-    return StepMethod::ReduceScatter;
-  }
-  return StepMethod::SendRecv;
 }
 
 /// Every device's box in `layout`, by device id.
@@ -462,7 +423,7 @@ PlanExecutor::create(const TransferPlan &plan, const TensorLayout &source,
     for (const planner::StepPhase &phase : segment.phases) {
       StepMethod &method = prepared->methods.at(phase.step);
       if (method == StepMethod::Local || method == StepMethod::SendRecv)
-        method = methodOf(segment.method);
+        method = segment.method;
     }
   }
   return PlanExecutor(std::move(prepared));

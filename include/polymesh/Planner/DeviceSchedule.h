@@ -118,6 +118,10 @@ enum class SegmentMethod : int64_t {
   /// one in-place reduce-scatter over each group.
   ReduceScatter = 5,
 };
+constexpr int kNumSegmentMethods = 6;
+
+/// snake_case name of a method, e.g. "all_gather", "send_recv".
+const char *segmentMethodName(SegmentMethod method);
 
 /// Whether a segment calls one collective per group of Segment::groups.
 inline bool isCollective(SegmentMethod method) {

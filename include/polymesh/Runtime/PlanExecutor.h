@@ -32,6 +32,7 @@
 #ifndef POLYMESH_RUNTIME_PLANEXECUTOR_H
 #define POLYMESH_RUNTIME_PLANEXECUTOR_H
 
+#include "polymesh/Planner/DeviceSchedule.h"
 #include "polymesh/Planner/Layout.h"
 #include "polymesh/Planner/TransferPlan.h"
 #include "polymesh/Runtime/Runtime.h"
@@ -68,25 +69,15 @@ struct DeviceBuffers {
   std::optional<DataType> dtype;
 };
 
-/// How the executor carries a step.
-enum class StepMethod : uint8_t {
-  /// Only local transfers: copies and fills, no backend call.
-  Local,
-  /// Backend::broadcast from the step's root over its devices.
-  Broadcast,
-  /// Backend::allGather: every member contributes one box of the same size.
-  AllGather,
-  /// Backend::allReduce (sum) over the concatenated pieces of the group.
-  AllReduce,
-  /// Backend::reduceScatter (sum): every member owns one piece of one size.
-  ReduceScatter,
-  /// Grouped send/recv per phase: any step, whatever its kind.
-  SendRecv,
-};
-constexpr int kNumStepMethods = 6;
+/// How the executor carries a step: the schedule's method (one enum for
+/// the schedule, the lowerings and the executor).
+using StepMethod = planner::SegmentMethod;
+constexpr int kNumStepMethods = planner::kNumSegmentMethods;
 
 /// snake_case name of a method, e.g. "all_gather", "send_recv".
-const char *stepMethodName(StepMethod method);
+inline const char *stepMethodName(StepMethod method) {
+  return planner::segmentMethodName(method);
+}
 
 struct ExecuteOptions {
   /// Carry steps on the collectives their kinds name where the pattern
