@@ -337,7 +337,12 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
       toTensorLayout(emit, transfer.getDestination(), destinationMesh, type);
   if (failed(source) || failed(destination))
     return failure();
-  planner::TransferPlan plan = toPlannerPlan(transfer, *source, *destination);
+  absl::StatusOr<planner::TransferPlan> planned =
+      toPlannerPlan(transfer, *source, *destination);
+  if (!planned.ok())
+    return transfer.emitError()
+           << "cannot be lowered: " << std::string(planned.status().message());
+  planner::TransferPlan plan = std::move(*planned);
   // Collective sums need an element type both backends add (i1, i16 and
   // the rest keep send/recv with generated additions).
   planner::ScheduleOptions options;

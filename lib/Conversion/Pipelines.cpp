@@ -26,6 +26,11 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       *this, "memory-limit-bytes",
       llvm::cl::desc("Per-device staging limit of the planner (0: none)"),
       llvm::cl::init(0)};
+  Option<int64_t> batchMinDevices{
+      *this, "batch-min-devices",
+      llvm::cl::desc("Plan one cell of reshards over at least this many "
+                     "devices that repeat over mesh axes (0: never)"),
+      llvm::cl::init(1024)};
   ListOption<int64_t> devices{
       *this, "devices",
       llvm::cl::desc("Partition and lower for these devices only (one "
@@ -72,6 +77,7 @@ void polymesh::registerPolymeshPipelines() {
         pm.addPass(createPolymeshPropagate());
         PolymeshPlanOptions plan;
         plan.memoryLimitBytes = options.memoryLimitBytes;
+        plan.batchMinDevices = options.batchMinDevices;
         pm.addPass(createPolymeshPlan(plan));
         PolymeshPartitionOptions partition;
         partition.devices.assign(options.devices.begin(),

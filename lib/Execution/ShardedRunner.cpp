@@ -159,8 +159,14 @@ llvm::Expected<ShardedFunction> recordGlobal(func::FuncOp func,
       failure = destination.takeError();
       return;
     }
-    function.bytesMoved +=
-        toPlannerPlan(transfer, *source, *destination).bytesMoved;
+    absl::StatusOr<planner::TransferPlan> plan =
+        toPlannerPlan(transfer, *source, *destination);
+    if (!plan.ok()) {
+      failure = llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                        std::string(plan.status().message()));
+      return;
+    }
+    function.bytesMoved += plan->bytesMoved;
   });
   if (failure)
     return std::move(failure);
@@ -571,7 +577,9 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
         return error("@" + name + ": cannot return its partial sums");
     }
     PassManager plan(context);
-    plan.addPass(createPolymeshPlan());
+    PolymeshPlanOptions planOptions;
+    planOptions.batchMinDevices = options.batchMinDevices;
+    plan.addPass(createPolymeshPlan(planOptions));
     if (failed(plan.run(*planned)))
       return error("--polymesh-propagate and --polymesh-plan failed");
   }

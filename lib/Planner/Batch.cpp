@@ -363,20 +363,26 @@ std::vector<BatchAxis> findBatchAxes(const TensorLayout &source,
   return found;
 }
 
-absl::StatusOr<TransferPlan> planCellReshard(const ReshardBatch &batch,
-                                             int64_t elementBytes,
-                                             const PlanOptions &options) {
+std::optional<PlanOptions> cellPlanOptions(const ReshardBatch &batch,
+                                           const PlanOptions &options) {
   PlanOptions cellOptions = options;
+  cellOptions.copies = options.copies * batch.numCells;
   if (batch.cellsShareDevices)
     cellOptions.memoryLimitBytes /= 2;
   if (options.memoryLimitBytes > 0 && cellOptions.memoryLimitBytes == 0)
+    return std::nullopt;
+  return cellOptions;
+}
+
+absl::StatusOr<TransferPlan> planCellReshard(const ReshardBatch &batch,
+                                             int64_t elementBytes,
+                                             const PlanOptions &options) {
+  std::optional<PlanOptions> cellOptions = cellPlanOptions(batch, options);
+  if (!cellOptions)
     return absl::InvalidArgumentError(
         "a memory limit of 1 byte cannot be halved between two cells");
-  absl::StatusOr<TransferPlan> plan = planReshard(
-      batch.cellSource, batch.cellDestination, elementBytes, cellOptions);
-  if (plan.ok())
-    plan->memoryLimitBytes = options.memoryLimitBytes;
-  return plan;
+  return planReshard(batch.cellSource, batch.cellDestination, elementBytes,
+                     *cellOptions);
 }
 
 namespace {
@@ -409,9 +415,12 @@ absl::StatusOr<TensorLayout> expandReducedLayout(const TensorLayout &cell,
   return TensorLayout::create(mesh, std::move(sharding), source.shape());
 }
 
+/// Steps whose kind still holds for the union of the cells' copies (a
+/// permutation of permutations of different devices is one); the
+/// collectives over groups stay one step per group.
 bool mergesCells(StepKind kind) {
   return kind == StepKind::LocalCopy || kind == StepKind::ZeroFill ||
-         kind == StepKind::SendRecv;
+         kind == StepKind::SendRecv || kind == StepKind::CollectivePermute;
 }
 
 /// Moves cell 0's steps to other cells: devices by table, boxes by shift.

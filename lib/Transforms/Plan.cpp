@@ -11,6 +11,7 @@
 
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Planner/Batch.h"
 #include "polymesh/Planner/Planner.h"
 #include "polymesh/Transforms/ControlFlow.h"
 #include "polymesh/Transforms/Passes.h"
@@ -77,6 +78,15 @@ ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan) {
                                           step.chunk, step.devices, transfers));
   }
   return ArrayAttr::get(context, steps);
+}
+
+ArrayAttr toBatchAttr(MLIRContext *context,
+                      const std::vector<planner::BatchAxis> &axes) {
+  SmallVector<Attribute> attrs;
+  for (const planner::BatchAxis &axis : axes)
+    attrs.push_back(
+        BatchAxisAttr::get(context, axis.source, axis.destination, axis.dim));
+  return ArrayAttr::get(context, attrs);
 }
 
 std::string printed(Attribute attr) {
@@ -300,19 +310,27 @@ private:
     int64_t elementBytes = elementByteSize(element);
     if (elementBytes == 0)
       return emit() << unmovableElementReason(element);
+    std::optional<planner::ReshardBatch> batch = findBatch(*from, *to, options);
     absl::StatusOr<std::shared_ptr<const planner::TransferPlan>> plan =
-        cache->getOrPlan(*from, *to, elementBytes, options);
+        batch ? cache->getOrPlan(batch->cellSource, batch->cellDestination,
+                                 elementBytes,
+                                 *planner::cellPlanOptions(*batch, options))
+              : cache->getOrPlan(*from, *to, elementBytes, options);
     if (!plan.ok())
       return emit() << std::string(plan.status().message());
 
     // One budget for the whole module, not only per plan: every plan is
-    // written into the IR and lowered, so many reshards below the per-plan
-    // limits together exhaust memory just as one huge plan does.
+    // lowered (a batched one for every cell), so many reshards below the
+    // per-plan limits together exhaust memory just as one huge plan does.
     int64_t transfers = 0, receivers = 0;
     for (const planner::Step &step : (*plan)->steps) {
       transfers += step.transfers.size();
       for (const planner::Transfer &transfer : step.transfers)
         receivers += transfer.dstDevices.size();
+    }
+    if (batch) {
+      transfers *= batch->numCells;
+      receivers *= batch->numCells;
     }
     moduleTransfers += transfers;
     moduleReceivers += receivers;
@@ -329,35 +347,72 @@ private:
                     << " with this one); the budget is shared by every "
                        "reshard of the module (docs/limits.md)";
 
+    // Reports only when asked for: on a pod their text costs as much as
+    // planning. They describe the whole plan, every cell of a batch.
+    if (!statsFile.empty() || printPlan || !commMatrix.empty()) {
+      std::optional<planner::TransferPlan> expanded;
+      if (batch) {
+        absl::StatusOr<planner::TransferPlan> whole =
+            planner::expandBatchedPlan(**plan, *batch, *from, *to);
+        if (!whole.ok())
+          return emit() << std::string(whole.status().message());
+        expanded = std::move(*whole);
+      }
+      report(reshard, type, source, destination, expanded ? *expanded : **plan,
+             stats, plans, traffic);
+    }
+
+    OpBuilder builder(reshard);
+    auto transfer = TransferOp::create(
+        builder, reshard.getLoc(), type, input, source, destination,
+        toStepsAttr(reshard.getContext(), **plan),
+        batch ? toBatchAttr(reshard.getContext(), batch->axes) : ArrayAttr());
+    reshard.replaceAllUsesWith(transfer.getResult());
+    reshard.erase();
+    return success();
+  }
+
+  /// The batch to plan the reshard by, when batching is on, its meshes are
+  /// large enough and it repeats over some mesh axes.
+  std::optional<planner::ReshardBatch>
+  findBatch(const planner::TensorLayout &from, const planner::TensorLayout &to,
+            const planner::PlanOptions &options) const {
+    if (batchMinDevices <= 0 ||
+        std::max(from.numDevices(), to.numDevices()) < batchMinDevices)
+      return std::nullopt;
+    std::vector<planner::BatchAxis> axes = planner::findBatchAxes(from, to);
+    if (axes.empty())
+      return std::nullopt;
+    absl::StatusOr<planner::ReshardBatch> batch =
+        planner::makeReshardBatch(from, to, axes);
+    if (!batch.ok() || !planner::cellPlanOptions(*batch, options))
+      return std::nullopt;
+    return std::move(*batch);
+  }
+
+  void report(ReshardOp reshard, RankedTensorType type, ShardingAttr source,
+              ShardingAttr destination, const planner::TransferPlan &plan,
+              std::string &stats, std::string &plans,
+              std::map<std::pair<int64_t, int64_t>, int64_t> &traffic) {
     auto function = reshard->getParentOfType<FunctionOpInterface>();
     StringRef functionName = function ? function.getName() : StringRef();
-    // Reports only when asked for: on a pod their text costs as much as
-    // planning.
     if (!statsFile.empty())
       stats += statsJson(functionName, reshard.getLoc(), type, source,
-                         destination, **plan) +
+                         destination, plan) +
                "\n";
     if (printPlan) {
       plans += llvm::formatv("{0} {1}: {2} -> {3}\n", functionName,
                              printed(reshard.getLoc()), printed(source),
                              printed(destination))
                    .str();
-      plans += planner::formatPlan(**plan);
+      plans += planner::formatPlan(plan);
     }
     if (!commMatrix.empty())
-      for (const planner::Step &step : (*plan)->steps)
+      for (const planner::Step &step : plan.steps)
         for (const planner::Transfer &transfer : step.transfers)
           for (int64_t dst : transfer.dstDevices)
             if (dst != transfer.srcDevice)
               traffic[{transfer.srcDevice, dst}] += transfer.bytes;
-
-    OpBuilder builder(reshard);
-    auto transfer = TransferOp::create(
-        builder, reshard.getLoc(), type, input, source, destination,
-        toStepsAttr(reshard.getContext(), **plan));
-    reshard.replaceAllUsesWith(transfer.getResult());
-    reshard.erase();
-    return success();
   }
 
   /// The sharding the operand of a reshard is in: from its producer's

@@ -211,3 +211,66 @@ func.func @negative_chunk(%x: tensor<4xf32>) -> tensor<4xf32> {
   ] : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+polymesh.mesh @g = <["a"=2, "b"=2, "c"=2]>
+
+func.func @batch_axis_unknown(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{has an invalid batch: batch axis "a" -> "z": the destination mesh has no such axis (or it is named twice)}}
+  %0 = polymesh.transfer %x <@g, [{"a", "c"}]> -> <@g, [{"a"}]> batch [#polymesh.batch_axis<"a" -> "z", dim = 0>] steps [
+    all_gather chunk 0 devices [0, 1] {0 -> [1], [0] : [2]} {1 -> [0], [2] : [4]}
+  ] : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+polymesh.mesh @g = <["a"=2, "b"=2, "c"=2]>
+
+func.func @batch_axis_used(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{has an invalid batch: batch axis "c" -> "c": a layout splits a dimension or sums partials over it}}
+  %0 = polymesh.transfer %x <@g, [{"a", "c"}]> -> <@g, [{"a"}]> batch [#polymesh.batch_axis<"c" -> "c">] steps [
+    all_gather chunk 0 devices [0, 1] {0 -> [1], [0] : [2]} {1 -> [0], [2] : [4]}
+  ] : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+polymesh.mesh @g = <["a"=2, "b"=2, "c"=2]>
+
+func.func @batch_straddles(%x: tensor<6xf32>) -> tensor<6xf32> {
+  // expected-error @+1 {{has an invalid batch: batch axis "a" -> "a", dim 0: both layouts must split the dimension first over the whole axis, into slabs that no tile straddles}}
+  %0 = polymesh.transfer %x <@g, [{"a", "c"}]> -> <@g, [{"a"}]> batch [#polymesh.batch_axis<"a" -> "a", dim = 0>] steps [
+    all_gather chunk 0 devices [0, 1] {0 -> [1], [0] : [2]} {1 -> [0], [2] : [3]}
+  ] : tensor<6xf32>
+  return %0 : tensor<6xf32>
+}
+
+// -----
+
+polymesh.mesh @g = <["a"=2, "b"=2, "c"=2]>
+
+// Device 4 (a = 1) is not in cell 0: the steps are cell 0's alone.
+func.func @batch_step_outside_cell(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{step #0 (all_gather): transfer #0: receiver 4 has no room for the box in its destination buffer}}
+  %0 = polymesh.transfer %x <@g, [{"a", "c"}]> -> <@g, [{"a"}]> batch [#polymesh.batch_axis<"a" -> "a", dim = 0>, #polymesh.batch_axis<"b" -> "b">] steps [
+    all_gather chunk 0 devices [0, 1, 4] {0 -> [1, 4], [0] : [2]} {1 -> [0], [2] : [4]}
+  ] : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+
+// -----
+
+polymesh.mesh @g = <["a"=2, "b"=2, "c"=2]>
+
+// Cell 0 of the destination needs rows [0, 4) on devices 0 and 1.
+func.func @batch_cell_not_covered(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{destination device 0 receives 2 elements but its tile holds 4}}
+  %0 = polymesh.transfer %x <@g, [{"a", "c"}]> -> <@g, [{"a"}]> batch [#polymesh.batch_axis<"a" -> "a", dim = 0>, #polymesh.batch_axis<"b" -> "b">] steps [
+    local_copy chunk 0 devices [0, 1] {0 -> [0], [0] : [2]} {1 -> [1], [2] : [4]},
+    all_gather chunk 0 devices [0, 1] {0 -> [1], [0] : [2]}
+  ] : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

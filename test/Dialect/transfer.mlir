@@ -42,3 +42,21 @@ func.func @all_reduce(%x: tensor<4xf32>) -> tensor<4xf32> {
   ] : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// A batched plan: the steps of cell 0, repeated over "a" (rows) and "b"
+// (no dimension). Cell 0 is devices 0 and 1 of @g.
+polymesh.mesh @g = <["a"=2, "b"=2, "c"=2]>
+
+// CHECK-LABEL: func.func @batched
+// CHECK: polymesh.transfer %arg0 <@g, [{"a", "c"}]> -> <@g, [{"a"}]> batch [#polymesh.batch_axis<"a" -> "a", dim = 0>, #polymesh.batch_axis<"b" -> "b">] steps [
+// CHECK-NEXT: local_copy chunk 0 devices [0, 1] {0 -> [0], [0] : [2]} {1 -> [1], [2] : [4]},
+// CHECK-NEXT: all_gather chunk 0 devices [0, 1] {0 -> [1], [0] : [2]} {1 -> [0], [2] : [4]}
+// CHECK-NEXT: ] : tensor<8xf32>
+func.func @batched(%x: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = polymesh.transfer %x <@g, [{"a", "c"}]> -> <@g, [{"a"}]>
+      batch [#polymesh.batch_axis<"a" -> "a", dim = 0>, #polymesh.batch_axis<"b" -> "b">] steps [
+    local_copy chunk 0 devices [0, 1] {0 -> [0], [0] : [2]} {1 -> [1], [2] : [4]},
+    all_gather chunk 0 devices [0, 1] {0 -> [1], [0] : [2]} {1 -> [0], [2] : [4]}
+  ] : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}

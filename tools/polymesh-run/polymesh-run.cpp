@@ -175,6 +175,13 @@ llvm::cl::opt<bool> printResults(
     llvm::cl::desc("Print the leading elements of every reference result"),
     llvm::cl::cat(runCategory));
 
+llvm::cl::opt<int64_t> batchMinDevices(
+    "batch-min-devices",
+    llvm::cl::desc("--polymesh-plan's batch-min-devices: plan one cell of "
+                   "reshards over at least this many devices that repeat "
+                   "over mesh axes (0: never; default 1024)"),
+    llvm::cl::init(1024));
+
 llvm::cl::opt<unsigned> jitOptLevel(
     "opt-level",
     llvm::cl::desc("LLVM optimization level (0-3) of the JIT-compiled "
@@ -575,11 +582,15 @@ buildMovementProgram(func::FuncOp func, const FunctionSignature &signature) {
       if (!destination)
         return destination.takeError();
       int64_t input = indexOf.at(transfer.getInput());
+      absl::StatusOr<polymesh::planner::TransferPlan> plan =
+          polymesh::toPlannerPlan(transfer, *source, *destination);
+      if (!plan.ok())
+        return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                       std::string(plan.status().message()));
       add(transfer.getResult(),
-          MovementValue::makeTransfer(
-              program.values[input].elementType, input,
-              polymesh::toPlannerPlan(transfer, *source, *destination),
-              std::move(*source), std::move(*destination)));
+          MovementValue::makeTransfer(program.values[input].elementType, input,
+                                      std::move(*plan), std::move(*source),
+                                      std::move(*destination)));
     } else if (auto constraint = dyn_cast<polymesh::ShardingConstraintOp>(op)) {
       auto layout = layoutOf(symbols, &op, constraint.getSharding(),
                              constraint.getResult().getType());
@@ -652,6 +663,7 @@ BackendFactory backendFactory() {
 /// the simulated ones).
 ShardedRunnerOptions shardedOptions() {
   ShardedRunnerOptions options;
+  options.batchMinDevices = batchMinDevices;
   options.jit.optLevel = jitOptLevel;
   // Lock-step comparison of reordered sums (checkPartialSums); one process
   // holds every tile of them only when it runs every device.
@@ -1267,7 +1279,9 @@ int runMain() {
   {
     PassManager pm(&context);
     pm.addPass(polymesh::createPolymeshPropagate());
-    pm.addPass(polymesh::createPolymeshPlan());
+    polymesh::PolymeshPlanOptions planOptions;
+    planOptions.batchMinDevices = batchMinDevices;
+    pm.addPass(polymesh::createPolymeshPlan(planOptions));
     if (failed(pm.run(*planned)))
       return 1;
   }

@@ -209,15 +209,64 @@ TEST_P(TransferPlanConversionTest, GivesBackWhatThePlannerPlanned) {
                        lookupMesh(op, op.getDestination().getMeshName()), type);
     ASSERT_TRUE(succeeded(source) && succeeded(destination)) << diagnostics;
 
-    planner::TransferPlan got = toPlannerPlan(op, *source, *destination);
+    absl::StatusOr<planner::TransferPlan> got =
+        toPlannerPlan(op, *source, *destination);
+    ASSERT_TRUE(got.ok()) << got.status();
     int64_t elementBytes = std::max<int64_t>(
         1, (type.getElementType().getIntOrFloatBitWidth() + 7) / 8);
     absl::StatusOr<planner::TransferPlan> want = planner::planReshard(
         *source, *destination, elementBytes, plannerOptions);
     ASSERT_TRUE(want.ok()) << want.status();
-    expectSamePlan(got, *want);
+    expectSamePlan(*got, *want);
   });
   EXPECT_EQ(transfers, 15);
+}
+
+// Batched plans (batch-min-devices=1) convert back to the planner's own
+// expansion of the cell it planned, field by field.
+TEST_P(TransferPlanConversionTest, ExpandsBatchedPlans) {
+  OwningOpRef<ModuleOp> module =
+      parseSourceString<ModuleOp>(kReshards, &context);
+  ASSERT_TRUE(module) << diagnostics;
+  PassManager pm(&context);
+  PolymeshPlanOptions options;
+  options.memoryLimitBytes = GetParam();
+  options.batchMinDevices = 1;
+  pm.addPass(createPolymeshPlan(options));
+  ASSERT_TRUE(succeeded(pm.run(*module))) << diagnostics;
+
+  planner::PlanOptions plannerOptions;
+  plannerOptions.memoryLimitBytes = GetParam();
+  int batched = 0;
+  module->walk([&](TransferOp op) {
+    if (!op.getBatchAttr())
+      return;
+    ++batched;
+    SCOPED_TRACE("@" + op->getParentOfType<func::FuncOp>().getSymName().str());
+    auto type = cast<RankedTensorType>(op.getResult().getType());
+    auto emit = [&]() { return op.emitOpError(); };
+    FailureOr<planner::TensorLayout> source =
+        toTensorLayout(emit, op.getSource(),
+                       lookupMesh(op, op.getSource().getMeshName()), type);
+    FailureOr<planner::TensorLayout> destination =
+        toTensorLayout(emit, op.getDestination(),
+                       lookupMesh(op, op.getDestination().getMeshName()), type);
+    ASSERT_TRUE(succeeded(source) && succeeded(destination)) << diagnostics;
+    absl::StatusOr<planner::TransferPlan> got =
+        toPlannerPlan(op, *source, *destination);
+    ASSERT_TRUE(got.ok()) << got.status();
+    absl::StatusOr<planner::ReshardBatch> batch = planner::makeReshardBatch(
+        *source, *destination, toPlannerBatchAxes(op.getBatchAttr()));
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    absl::StatusOr<planner::TransferPlan> cell = planner::planCellReshard(
+        *batch, elementByteSize(type.getElementType()), plannerOptions);
+    ASSERT_TRUE(cell.ok()) << cell.status();
+    absl::StatusOr<planner::TransferPlan> want =
+        planner::expandBatchedPlan(*cell, *batch, *source, *destination);
+    ASSERT_TRUE(want.ok()) << want.status();
+    expectSamePlan(*got, *want);
+  });
+  EXPECT_GE(batched, 4);
 }
 
 // The derived fields on the cases that exercise them, so the comparison
@@ -243,8 +292,11 @@ TEST_P(TransferPlanConversionTest, DerivesWhatTheIrDoesNotRecord) {
         toTensorLayout(emit, op.getDestination(),
                        lookupMesh(op, op.getDestination().getMeshName()), type);
     ASSERT_TRUE(succeeded(source) && succeeded(destination)) << diagnostics;
+    absl::StatusOr<planner::TransferPlan> plan =
+        toPlannerPlan(op, *source, *destination);
+    ASSERT_TRUE(plan.ok()) << plan.status();
     plans.emplace(op->getParentOfType<func::FuncOp>().getSymName().str(),
-                  toPlannerPlan(op, *source, *destination));
+                  std::move(*plan));
   });
 
   EXPECT_TRUE(plans.at("renamed_mesh").identity);

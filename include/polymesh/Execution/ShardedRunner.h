@@ -135,6 +135,9 @@ struct ShardedRunnerOptions {
   /// lock-step --verify compares and continues the reference from. Their
   /// all-reduces are not counted in bytesMoved.
   bool returnPartialSums = false;
+  /// --polymesh-plan's batch-min-devices: reshards over at least this many
+  /// devices that repeat over mesh axes are planned for one cell (0: never).
+  int64_t batchMinDevices = 1024;
 
   /// Multi-process runs (docs/multi-process.md). The devices this process
   /// runs; null: every device. Class functions that none of them runs are

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,18 +91,23 @@ makeReshardBatch(const TensorLayout &source, const TensorLayout &destination,
 std::vector<BatchAxis> findBatchAxes(const TensorLayout &source,
                                      const TensorLayout &destination);
 
+/// The options to plan cell 0 with so that the expanded plan keeps
+/// `options`: when cells share devices, each cell gets half the memory
+/// limit. Nullopt when that leaves nothing of a limit.
+std::optional<PlanOptions> cellPlanOptions(const ReshardBatch &batch,
+                                           const PlanOptions &options);
+
 /// Plans cell 0 (planReshard from batch.cellSource to batch.cellDestination)
-/// so that its expansion keeps `options`: when cells share devices, each
-/// cell gets half the memory limit.
+/// under cellPlanOptions.
 absl::StatusOr<TransferPlan> planCellReshard(const ReshardBatch &batch,
                                              int64_t elementBytes,
                                              const PlanOptions &options = {});
 
 /// The plan of the whole reshard from the plan of cell 0 (made from
 /// batch.cellSource to batch.cellDestination): each step once per cell, in
-/// cell order, moved to the cell's devices and slabs; local and send/recv
-/// steps of all cells merge into one step. ResourceExhausted when the result
-/// would exceed kMaxPlanTransfers or kMaxPlanReceivers.
+/// cell order, moved to the cell's devices and slabs; local, send/recv and
+/// permutation steps of all cells merge into one step. ResourceExhausted when
+/// the result would exceed kMaxPlanTransfers or kMaxPlanReceivers.
 absl::StatusOr<TransferPlan> expandBatchedPlan(const TransferPlan &cellPlan,
                                                const ReshardBatch &batch,
                                                const TensorLayout &source,

@@ -165,6 +165,13 @@ def PolymeshPlan : Pass<"polymesh-plan", "mlir::ModuleOp"> {
     * `print-plan`: prints a readable plan of every reshard to stdout.
     * `comm-matrix=PATH`: writes an SVG heat map of the bytes each device
       sends to each other device, over all reshards of the module.
+    * `batch-min-devices=N` (default 1024; 0: never): a reshard whose
+      meshes have at least N devices and that repeats over mesh axes
+      (`planner::findBatchAxes`: axes that both shardings split a dimension
+      first over, or that neither uses) is planned for one cell and written
+      with `batch` (see `polymesh.transfer`), so that planning time and IR
+      grow with one cell, not with the pod. The expanded plan is the same
+      kind of plan, bytes-optimal for the whole reshard.
   }];
   let dependentDialects = ["::polymesh::PolymeshDialect"];
   let options = [
@@ -177,6 +184,10 @@ def PolymeshPlan : Pass<"polymesh-plan", "mlir::ModuleOp"> {
            "Print a readable plan of every reshard to stdout">,
     Option<"commMatrix", "comm-matrix", "std::string", /*default=*/"\"\"",
            "Write a device x device bytes matrix as SVG to this file">,
+    Option<"batchMinDevices", "batch-min-devices", "int64_t",
+           /*default=*/"1024",
+           "Plan one cell of reshards that repeat over mesh axes when their "
+           "meshes have at least this many devices (0: never)">,
   ];
 }
 

@@ -6,6 +6,7 @@
 
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
 #include "polymesh/Dialect/Polymesh/PolymeshOps.h"
+#include "polymesh/Planner/Batch.h"
 #include "polymesh/Planner/Planner.h"
 
 #include "llvm/Support/MathExtras.h"
@@ -161,15 +162,16 @@ std::string polymesh::unmovableElementReason(Type element) {
   return text;
 }
 
-planner::TransferPlan
-polymesh::toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
-                        const planner::TensorLayout &destination) {
+namespace {
+planner::TransferPlan readSteps(TransferOp op,
+                                const planner::TensorLayout &source,
+                                const planner::TensorLayout &destination) {
   auto type = cast<RankedTensorType>(op.getResult().getType());
   // As --polymesh-plan sizes elements (the verifier refuses the others).
   int64_t elementBytes = elementByteSize(type.getElementType());
 
   planner::TransferPlan plan;
-  plan.shape.assign(type.getShape().begin(), type.getShape().end());
+  plan.shape = source.shape();
   plan.elementBytes = elementBytes;
   plan.steps.reserve(op.getSteps().size());
   for (Attribute attr : op.getSteps()) {
@@ -217,4 +219,27 @@ polymesh::toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
   }
   planner::recomputePlanStats(plan);
   return plan;
+}
+} // namespace
+
+std::vector<planner::BatchAxis> polymesh::toPlannerBatchAxes(ArrayAttr batch) {
+  std::vector<planner::BatchAxis> axes;
+  for (auto axis : batch.getAsRange<BatchAxisAttr>())
+    axes.push_back(
+        {axis.getSource().str(), axis.getDestination().str(), axis.getDim()});
+  return axes;
+}
+
+absl::StatusOr<planner::TransferPlan>
+polymesh::toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
+                        const planner::TensorLayout &destination) {
+  if (!op.getBatchAttr())
+    return readSteps(op, source, destination);
+  absl::StatusOr<planner::ReshardBatch> batch = planner::makeReshardBatch(
+      source, destination, toPlannerBatchAxes(op.getBatchAttr()));
+  if (!batch.ok())
+    return batch.status();
+  return planner::expandBatchedPlan(
+      readSteps(op, batch->cellSource, batch->cellDestination), *batch, source,
+      destination);
 }

@@ -174,11 +174,11 @@ std::string printBox(const planner::Box &box) {
 /// destination element received exactly once.
 class TransferVerifier {
 public:
+  /// With a batch, `source` and `destination` are cell 0's layouts.
   TransferVerifier(TransferOp op, const planner::TensorLayout &source,
                    const planner::TensorLayout &destination)
-      : op(op), type(op.getResult().getType()), source(source),
-        destination(destination), sourceTiles(source),
-        destinationTiles(destination) {}
+      : op(op), shape(source.shape()), source(source), destination(destination),
+        sourceTiles(source), destinationTiles(destination) {}
 
   LogicalResult verify();
 
@@ -190,7 +190,8 @@ private:
   LogicalResult verifyCoverage();
 
   TransferOp op;
-  RankedTensorType type;
+  /// The tensor's (or the cell's) shape.
+  std::vector<int64_t> shape;
   const planner::TensorLayout &source, &destination;
   TileLookup sourceTiles, destinationTiles;
   int64_t lastChunk = 0;
@@ -212,8 +213,7 @@ LogicalResult TransferVerifier::verify() {
   if (!op.getSteps().empty())
     return verifyCoverage();
   // A tensor without elements has nothing to move, whatever its shardings.
-  if (llvm::is_contained(type.getShape(), 0) ||
-      source.isDeviceEquivalent(destination))
+  if (llvm::is_contained(shape, 0) || source.isDeviceEquivalent(destination))
     return success();
   return op.emitOpError() << "has no steps, but its source and destination "
                              "shardings place different tiles";
@@ -251,10 +251,9 @@ LogicalResult TransferVerifier::verifyTransfer(
     diag << "transfer #" << transferIndex << ": ";
     return diag;
   };
-  ArrayRef<int64_t> shape = type.getShape();
-  if (static_cast<int64_t>(transfer.getLo().size()) != type.getRank())
+  if (transfer.getLo().size() != shape.size())
     return at() << "box has rank " << transfer.getLo().size()
-                << " but the tensor has rank " << type.getRank();
+                << " but the tensor has rank " << shape.size();
   planner::Box box;
   box.lo.assign(transfer.getLo().begin(), transfer.getLo().end());
   box.hi.assign(transfer.getHi().begin(), transfer.getHi().end());
@@ -361,7 +360,15 @@ LogicalResult TransferOp::verifySymbolUses(SymbolTableCollection &symbols) {
       toTensorLayout(emit, getDestination(), destinationMesh, type);
   if (failed(destination))
     return failure();
-  return TransferVerifier(*this, *source, *destination).verify();
+  if (!getBatchAttr())
+    return TransferVerifier(*this, *source, *destination).verify();
+  absl::StatusOr<planner::ReshardBatch> batch = planner::makeReshardBatch(
+      *source, *destination, toPlannerBatchAxes(getBatchAttr()));
+  if (!batch.ok())
+    return emitOpError() << "has an invalid batch: "
+                         << std::string(batch.status().message());
+  return TransferVerifier(*this, batch->cellSource, batch->cellDestination)
+      .verify();
 }
 
 //===----------------------------------------------------------------------===//

@@ -16,6 +16,7 @@
 #define POLYMESH_DIALECT_POLYMESH_PLANNERCONVERSION_H
 
 #include "polymesh/Dialect/Polymesh/PolymeshAttrs.h"
+#include "polymesh/Planner/Batch.h"
 #include "polymesh/Planner/Layout.h"
 #include "polymesh/Planner/TransferPlan.h"
 
@@ -83,9 +84,18 @@ toTensorLayout(llvm::function_ref<mlir::InFlightDiagnostic()> emitError,
 /// axes that the destination does not keep on the same mesh), from
 /// planReshard on the same layouts, since it depends on the layouts alone.
 /// The memory limit and the lower bounds are not in the IR and stay 0.
-planner::TransferPlan toPlannerPlan(TransferOp op,
-                                    const planner::TensorLayout &source,
-                                    const planner::TensorLayout &destination);
+///
+/// A batched op's steps are cell 0's: they are read against the cell's
+/// layouts and expanded over every cell (planner::expandBatchedPlan), so
+/// the result is the whole plan. Fails when the batch axes do not fit the
+/// layouts (the verifier refuses such ops) or the whole plan would exceed
+/// the planner's transfer budget.
+absl::StatusOr<planner::TransferPlan>
+toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
+              const planner::TensorLayout &destination);
+
+/// The batch axes of a batched op, as the planner names them.
+std::vector<planner::BatchAxis> toPlannerBatchAxes(mlir::ArrayAttr batch);
 
 } // namespace polymesh
 

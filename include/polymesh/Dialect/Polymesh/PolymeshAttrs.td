@@ -216,4 +216,21 @@ def Polymesh_TransferStepAttr : Polymesh_Attr<"TransferStep", "transfer_step"> {
   }];
 }
 
+def Polymesh_BatchAxisAttr : Polymesh_Attr<"BatchAxis", "batch_axis"> {
+  let summary = "A mesh axis over which a planned transfer repeats";
+  let description = [{
+    `#polymesh.batch_axis<"dp" -> "dp", dim = 0>`: the transfer's steps are
+    those of cell 0 (coordinate 0 on every batch axis) and repeat for every
+    coordinate of source axis `"dp"` paired with destination axis `"dp"`,
+    on the devices of that coordinate and, since both shardings split
+    dimension 0 first over the axis, on its slab of dimension 0.
+    `#polymesh.batch_axis<"r" -> "s">` (no `dim`) pairs axes that neither
+    sharding uses: every cell holds the whole value.
+  }];
+  let parameters = (ins StringRefParameter<"source mesh axis">:$source,
+                        StringRefParameter<"destination mesh axis">:$destination,
+                        DefaultValuedParameter<"int64_t", "-1">:$dim);
+  let assemblyFormat = "`<` $source `->` $destination (`,` `dim` `=` $dim^)? `>`";
+}
+
 #endif // POLYMESH_DIALECT_POLYMESH_ATTRS_TD

@@ -86,22 +86,41 @@ def Polymesh_TransferOp : Polymesh_Op<"transfer", [Pure,
     `--polymesh-plan` creates these ops from `polymesh.reshard`; both the CPU
     and the CUDA lowering consume them.
 
+    A plan of a reshard that repeats over mesh axes lists only its first
+    cell, after `batch`:
+    ```mlir
+    %1 = polymesh.transfer %0 <@pod, [{"dp", "fsdp"}, {"tp"} ]> -> <@pod, [{"dp"}, {"tp"} ]>
+        batch [#polymesh.batch_axis<"dp" -> "dp", dim = 0>,
+               #polymesh.batch_axis<"tp" -> "tp", dim = 1>]
+        steps [all_gather chunk 0 devices [0, 4] {0 -> [4], [0, 0] : [8, 24]} ...] : tensor<64x48xf32>
+    ```
+    The steps are those of cell 0, the devices at coordinate 0 of every
+    batch axis, in global coordinates; cell `c` runs them on its own devices
+    (moved along the batch axes) and, for an axis with `dim`, on its own slab
+    of that dimension. `--polymesh-plan{batch-min-devices=N}` plans this
+    way when a reshard over at least N devices repeats (docs/planner.md,
+    "Batched plans"): planning and the IR cost one cell, not the pod.
+
     The verifier checks that the shardings fit the tensor, that every
     sender and receiver holds the buffer a transfer reads or writes and that
     the box lies inside its tile there, that steps are ordered by chunk,
     and, for plans without partial sums, that every destination device
     receives exactly as many elements as its tile holds. An empty plan is
-    allowed only between device-equivalent shardings.
+    allowed only between device-equivalent shardings. With `batch`, it
+    checks that the axes are batch axes of the reshard and the steps
+    against cell 0's tiles.
   }];
   let arguments = (ins AnyRankedTensor:$input,
                        Polymesh_ShardingAttr:$source,
                        Polymesh_ShardingAttr:$destination,
                        TypedArrayAttrBase<Polymesh_TransferStepAttr,
-                                          "transfer steps">:$steps);
+                                          "transfer steps">:$steps,
+                       OptionalAttr<TypedArrayAttrBase<Polymesh_BatchAxisAttr,
+                                          "batch axes">>:$batch);
   let results = (outs AnyRankedTensor:$result);
   let assemblyFormat = [{
-    $input $source `->` $destination `steps` custom<TransferSteps>($steps)
-    attr-dict `:` type($result)
+    $input $source `->` $destination (`batch` $batch^)?
+    `steps` custom<TransferSteps>($steps) attr-dict `:` type($result)
   }];
 }
 
