@@ -243,8 +243,11 @@ Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
   return block;
 }
 
+/// `rowsOf[p]`: the position whose rows position p runs (itself, or its
+/// counterpart in cell 0 of a batched plan), or -1 for another process's
+/// device, which gets no rows and whose entry no code reads.
 BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
-                             const std::vector<bool> &keepRows) {
+                             const std::vector<int64_t> &rowsOf) {
   int64_t copyColumns = kFixedCopyColumns + 3 * schedule.outerDims;
   BlockTables tables;
   for (const planner::Segment &segment : schedule.segments)
@@ -255,17 +258,22 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
   // the map's keys, which stay put.
   std::unordered_map<Block, int64_t, Block::Hash> numberOf;
   std::vector<const Block *> unique;
-  for (size_t p = 0; p < schedule.devices.size(); ++p) {
-    // Another process's device: no rows here, and no code reads its entry.
-    if (!keepRows.empty() && !keepRows[p]) {
+  llvm::DenseMap<int64_t, int64_t> numberOfRows;
+  for (int64_t rows : rowsOf) {
+    if (rows < 0) {
       tables.blockOf.push_back(-1);
       continue;
     }
-    auto [it, inserted] = numberOf.try_emplace(
-        blockOf(schedule, p, copyColumns), static_cast<int64_t>(unique.size()));
-    if (inserted)
-      unique.push_back(&it->first);
-    tables.blockOf.push_back(it->second);
+    auto [known, fresh] = numberOfRows.try_emplace(rows, 0);
+    if (fresh) {
+      auto [it, inserted] =
+          numberOf.try_emplace(blockOf(schedule, rows, copyColumns),
+                               static_cast<int64_t>(unique.size()));
+      if (inserted)
+        unique.push_back(&it->first);
+      known->second = it->second;
+    }
+    tables.blockOf.push_back(known->second);
   }
   // Segment-major ranges over the blocks, row indices made absolute.
   std::vector<int64_t> copyBase, commBase, membersBase;
@@ -303,6 +311,96 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
 }
 } // namespace
 
+namespace {
+/// For a batched plan whose cells differ from cell 0 by one shift of device
+/// ids and one shift of positions in `devices` each: for every device of a
+/// cell, the position of its counterpart in cell 0, whose relative rows
+/// (peers, ranks and members as differences, offsets within tiles) are its
+/// own. Empty when some cell is not such a shift (arbitrary ids): then
+/// every device is scheduled from the whole plan.
+llvm::DenseMap<int64_t, int64_t>
+cellZeroCounterparts(const planner::ReshardBatch &batch,
+                     const planner::TensorLayout &source,
+                     const planner::TensorLayout &destination,
+                     const std::vector<int64_t> &devices) {
+  std::vector<std::vector<int64_t>> table =
+      planner::cellDeviceTable(batch, source, destination);
+  auto positionOf = [&](int64_t id) {
+    return llvm::lower_bound(devices, id) - devices.begin();
+  };
+  const std::vector<int64_t> &cellZero = table.front();
+  llvm::DenseMap<int64_t, int64_t> counterpart;
+  for (const std::vector<int64_t> &cell : table) {
+    int64_t idShift = cell.front() - cellZero.front();
+    int64_t positionShift =
+        positionOf(cell.front()) - positionOf(cellZero.front());
+    for (size_t i = 0; i < cell.size(); ++i) {
+      if (cell[i] - cellZero[i] != idShift ||
+          positionOf(cell[i]) - positionOf(cellZero[i]) != positionShift)
+        return {};
+      counterpart[cell[i]] = positionOf(cellZero[i]);
+    }
+  }
+  return counterpart;
+}
+} // namespace
+
+FailureOr<planner::DeviceSchedule> PlanTableBuilder::scheduleTransfer(
+    ExchangeOp op, TransferOp transfer, const planner::TensorLayout &source,
+    const planner::TensorLayout &destination,
+    const std::vector<int64_t> &devices, std::vector<int64_t> &rowsOf) {
+  // Collective sums need an element type both backends add (i1, i16 and
+  // the rest keep send/recv with generated additions).
+  auto type = transfer.getResult().getType();
+  planner::ScheduleOptions options;
+  options.blockingRounds = blockingRounds;
+  options.reductions = runtimeSumDtype(type.getElementType()).has_value() &&
+                       ncclSumDtype(type.getElementType()).has_value();
+  auto schedule = [&](const planner::TransferPlan &plan,
+                      const planner::TensorLayout &from,
+                      const planner::TensorLayout &to)
+      -> FailureOr<planner::DeviceSchedule> {
+    options.keepRows.assign(devices.size(), false);
+    for (int64_t rows : rowsOf)
+      if (rows >= 0)
+        options.keepRows[rows] = true;
+    absl::StatusOr<planner::DeviceSchedule> scheduled =
+        planner::scheduleForDevices(plan, from, to, devices, options);
+    if (!scheduled.ok())
+      return op.emitError()
+             << "cannot schedule plan " << op.getPlanAttr() << ": "
+             << std::string(scheduled.status().message());
+    return std::move(*scheduled);
+  };
+  // A batched plan whose cells are shifts of cell 0 is scheduled for cell 0
+  // alone: every other device runs its counterpart's rows.
+  if (ArrayAttr axes = transfer.getBatchAttr()) {
+    absl::StatusOr<planner::ReshardBatch> batch = planner::makeReshardBatch(
+        source, destination, toPlannerBatchAxes(axes));
+    if (!batch.ok())
+      return transfer.emitError()
+             << "cannot be lowered: " << std::string(batch.status().message());
+    llvm::DenseMap<int64_t, int64_t> counterpart =
+        cellZeroCounterparts(*batch, source, destination, devices);
+    if (!counterpart.empty()) {
+      for (int64_t &rows : rowsOf)
+        if (rows >= 0)
+          if (auto it = counterpart.find(devices[rows]);
+              it != counterpart.end())
+            rows = it->second;
+      return schedule(toPlannerStepsPlan(transfer, batch->cellSource,
+                                         batch->cellDestination),
+                      batch->cellSource, batch->cellDestination);
+    }
+  }
+  absl::StatusOr<planner::TransferPlan> plan =
+      toPlannerPlan(transfer, source, destination);
+  if (!plan.ok())
+    return transfer.emitError()
+           << "cannot be lowered: " << std::string(plan.status().message());
+  return schedule(*plan, source, destination);
+}
+
 FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   std::string planName = op.getPlan().str();
   if (auto it = plans.find(planName); it != plans.end())
@@ -337,18 +435,6 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
       toTensorLayout(emit, transfer.getDestination(), destinationMesh, type);
   if (failed(source) || failed(destination))
     return failure();
-  absl::StatusOr<planner::TransferPlan> planned =
-      toPlannerPlan(transfer, *source, *destination);
-  if (!planned.ok())
-    return transfer.emitError()
-           << "cannot be lowered: " << std::string(planned.status().message());
-  planner::TransferPlan plan = std::move(*planned);
-  // Collective sums need an element type both backends add (i1, i16 and
-  // the rest keep send/recv with generated additions).
-  planner::ScheduleOptions options;
-  options.blockingRounds = blockingRounds;
-  options.reductions = runtimeSumDtype(type.getElementType()).has_value() &&
-                       ncclSumDtype(type.getElementType()).has_value();
   // Rows for the devices that run this module's classes only: the others
   // belong to other processes' modules.
   const std::vector<int64_t> &run =
@@ -356,26 +442,22 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
                   ->getAttrOfType<StringAttr>(
                       PolymeshDialect::kPartitionOfAttrName)
                   .getValue()];
-  options.keepRows.assign(devices.size(), false);
+  std::vector<int64_t> rowsOf(devices.size(), -1);
   for (int64_t id : run) {
     auto it = llvm::lower_bound(devices, id);
     if (it == devices.end() || *it != id)
       return function.emitError()
              << "runs device " << id
              << ", which is not a device of its function's meshes";
-    options.keepRows[it - devices.begin()] = true;
+    rowsOf[it - devices.begin()] = it - devices.begin();
   }
-  if (run.size() == devices.size())
-    options.keepRows.clear();
-  absl::StatusOr<planner::DeviceSchedule> schedule =
-      planner::scheduleForDevices(plan, *source, *destination, devices,
-                                  options);
-  if (!schedule.ok())
-    return op.emitError() << "cannot schedule plan " << op.getPlanAttr() << ": "
-                          << std::string(schedule.status().message());
+  FailureOr<planner::DeviceSchedule> schedule =
+      scheduleTransfer(op, transfer, *source, *destination, devices, rowsOf);
+  if (failed(schedule))
+    return failure();
 
   PlanTables &tables = plans[planName];
-  BlockTables built = buildBlockTables(*schedule, options.keepRows);
+  BlockTables built = buildBlockTables(*schedule, rowsOf);
   ScheduleShape &shape = tables.schedule;
   for (const planner::Segment &segment : schedule->segments)
     shape.segments.push_back(segment.method);

@@ -139,6 +139,13 @@ public:
   /// The sorted devices of the global function `op` belongs to: those of
   /// its meshes (`polymesh.meshes`), else of its classes.
   const std::vector<int64_t> &devicesOf(mlir::Operation *op);
+  /// The schedule of `op`'s plan `transfer` over `devices`, with rows for
+  /// the positions `rowsOf` names (updated to the position whose rows each
+  /// one runs).
+  mlir::FailureOr<planner::DeviceSchedule> scheduleTransfer(
+      ExchangeOp op, TransferOp transfer, const planner::TensorLayout &source,
+      const planner::TensorLayout &destination,
+      const std::vector<int64_t> &devices, std::vector<int64_t> &rowsOf);
   /// A private constant memref.global of i64; returns its name.
   std::string addGlobal(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
                         llvm::ArrayRef<int64_t> values);

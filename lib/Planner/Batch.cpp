@@ -366,7 +366,6 @@ std::vector<BatchAxis> findBatchAxes(const TensorLayout &source,
 std::optional<PlanOptions> cellPlanOptions(const ReshardBatch &batch,
                                            const PlanOptions &options) {
   PlanOptions cellOptions = options;
-  cellOptions.copies = options.copies * batch.numCells;
   if (batch.cellsShareDevices)
     cellOptions.memoryLimitBytes /= 2;
   if (options.memoryLimitBytes > 0 && cellOptions.memoryLimitBytes == 0)
@@ -466,6 +465,26 @@ private:
 };
 
 } // namespace
+
+std::vector<std::vector<int64_t>>
+cellDeviceTable(const ReshardBatch &batch, const TensorLayout &source,
+                const TensorLayout &destination) {
+  std::vector<int64_t> cellZero;
+  for (const TensorLayout *layout : {&batch.cellSource, &batch.cellDestination})
+    for (int64_t p = 0, e = layout->numDevices(); p < e; ++p)
+      cellZero.push_back(layout->mesh().deviceAt(p));
+  std::sort(cellZero.begin(), cellZero.end());
+  cellZero.erase(std::unique(cellZero.begin(), cellZero.end()), cellZero.end());
+  CellMover mover(batch, source, destination);
+  std::vector<std::vector<int64_t>> table(batch.numCells);
+  for (int64_t c = 0; c < batch.numCells; ++c) {
+    mover.moveTo(c, 0);
+    table[c].reserve(cellZero.size());
+    for (int64_t device : cellZero)
+      table[c].push_back(mover.device(device));
+  }
+  return table;
+}
 
 absl::StatusOr<TransferPlan>
 expandBatchedPlan(const TransferPlan &cellPlan, const ReshardBatch &batch,

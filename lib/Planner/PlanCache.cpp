@@ -62,8 +62,7 @@ std::string PlanCache::key(const TensorLayout &source,
   for (int64_t extent : destination.shape())
     absl::StrAppend(&key, ",", extent);
   absl::StrAppend(&key, "|eb=", elementBytes,
-                  "|limit=", options.memoryLimitBytes,
-                  "|copies=", options.copies);
+                  "|limit=", options.memoryLimitBytes);
   return key;
 }
 

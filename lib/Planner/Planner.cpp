@@ -97,13 +97,10 @@ namespace {
 /// refused as soon as it is known to be, not after it filled the memory.
 class PlanBudget {
 public:
-  /// `copies`: the plan stands for that many (PlanOptions::copies).
-  explicit PlanBudget(int64_t copies) : copies_(std::max<int64_t>(copies, 1)) {}
-
   /// Adds entries; false once either total is over its limit.
   bool add(int64_t transfers, int64_t receivers) {
-    transfers_ = saturatingAdd(transfers_, saturatingMul(transfers, copies_));
-    receivers_ = saturatingAdd(receivers_, saturatingMul(receivers, copies_));
+    transfers_ = saturatingAdd(transfers_, transfers);
+    receivers_ = saturatingAdd(receivers_, receivers);
     return transfers_ <= kMaxPlanTransfers && receivers_ <= kMaxPlanReceivers;
   }
 
@@ -120,7 +117,6 @@ public:
   }
 
 private:
-  int64_t copies_;
   int64_t transfers_ = 0;
   int64_t receivers_ = 0;
 };
@@ -1475,7 +1471,7 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   }
 
   UnreducedSplit split = splitUnreduced(source, destination);
-  PlanBudget budget(options.copies);
+  PlanBudget budget;
   std::vector<Step> reductionSteps;
   const TensorLayout *readLayout = &source;
   if (!split.reduce.empty()) {

@@ -320,17 +320,14 @@ private:
       return emit() << std::string(plan.status().message());
 
     // One budget for the whole module, not only per plan: every plan is
-    // lowered (a batched one for every cell), so many reshards below the
-    // per-plan limits together exhaust memory just as one huge plan does.
+    // written into the IR and lowered, so many reshards below the per-plan
+    // limits together exhaust memory just as one huge plan does. A batched
+    // plan counts its cell: what the IR holds and the lowering schedules.
     int64_t transfers = 0, receivers = 0;
     for (const planner::Step &step : (*plan)->steps) {
       transfers += step.transfers.size();
       for (const planner::Transfer &transfer : step.transfers)
         receivers += transfer.dstDevices.size();
-    }
-    if (batch) {
-      transfers *= batch->numCells;
-      receivers *= batch->numCells;
     }
     moduleTransfers += transfers;
     moduleReceivers += receivers;

@@ -103,6 +103,12 @@ absl::StatusOr<TransferPlan> planCellReshard(const ReshardBatch &batch,
                                              int64_t elementBytes,
                                              const PlanOptions &options = {});
 
+/// Every cell's devices: row 0 holds cell 0's devices (both meshes', each
+/// once, sorted), row c their counterparts in cell c, in the same order.
+std::vector<std::vector<int64_t>>
+cellDeviceTable(const ReshardBatch &batch, const TensorLayout &source,
+                const TensorLayout &destination);
+
 /// The plan of the whole reshard from the plan of cell 0 (made from
 /// batch.cellSource to batch.cellDestination): each step once per cell, in
 /// cell order, moved to the cell's devices and slabs; local, send/recv and

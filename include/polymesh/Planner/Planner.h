@@ -31,12 +31,9 @@ struct PlanOptions {
   /// Most staging (pack + unpack) bytes any device may hold at once;
   /// 0 means unlimited. Transfers larger than this are split into chunks.
   int64_t memoryLimitBytes = 0;
-  /// The plan stands for this many copies (the cells of a batched plan,
-  /// planner/Batch.h): the transfer budget counts every copy.
-  int64_t copies = 1;
 
   bool operator==(const PlanOptions &other) const {
-    return memoryLimitBytes == other.memoryLimitBytes && copies == other.copies;
+    return memoryLimitBytes == other.memoryLimitBytes;
   }
 };
 

@@ -162,10 +162,9 @@ std::string polymesh::unmovableElementReason(Type element) {
   return text;
 }
 
-namespace {
-planner::TransferPlan readSteps(TransferOp op,
-                                const planner::TensorLayout &source,
-                                const planner::TensorLayout &destination) {
+planner::TransferPlan
+polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
+                             const planner::TensorLayout &destination) {
   auto type = cast<RankedTensorType>(op.getResult().getType());
   // As --polymesh-plan sizes elements (the verifier refuses the others).
   int64_t elementBytes = elementByteSize(type.getElementType());
@@ -220,7 +219,6 @@ planner::TransferPlan readSteps(TransferOp op,
   planner::recomputePlanStats(plan);
   return plan;
 }
-} // namespace
 
 std::vector<planner::BatchAxis> polymesh::toPlannerBatchAxes(ArrayAttr batch) {
   std::vector<planner::BatchAxis> axes;
@@ -234,12 +232,12 @@ absl::StatusOr<planner::TransferPlan>
 polymesh::toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
                         const planner::TensorLayout &destination) {
   if (!op.getBatchAttr())
-    return readSteps(op, source, destination);
+    return toPlannerStepsPlan(op, source, destination);
   absl::StatusOr<planner::ReshardBatch> batch = planner::makeReshardBatch(
       source, destination, toPlannerBatchAxes(op.getBatchAttr()));
   if (!batch.ok())
     return batch.status();
   return planner::expandBatchedPlan(
-      readSteps(op, batch->cellSource, batch->cellDestination), *batch, source,
-      destination);
+      toPlannerStepsPlan(op, batch->cellSource, batch->cellDestination), *batch,
+      source, destination);
 }

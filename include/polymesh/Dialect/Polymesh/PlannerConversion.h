@@ -94,6 +94,12 @@ absl::StatusOr<planner::TransferPlan>
 toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
               const planner::TensorLayout &destination);
 
+/// The steps of `op` alone as a plan over `source` and `destination`: for a
+/// batched op, given the batch's cell layouts, the plan of cell 0.
+planner::TransferPlan
+toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
+                   const planner::TensorLayout &destination);
+
 /// The batch axes of a batched op, as the planner names them.
 std::vector<planner::BatchAxis> toPlannerBatchAxes(mlir::ArrayAttr batch);
 

@@ -1,0 +1,56 @@
+// RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan=batch-min-devices=1 --polymesh-partition --polymesh-exchange-to-cpu -split-input-file | FileCheck %s --enable-var-scope
+
+// The tables of batched plans (docs/lowering.md, "Batched plans"): the
+// lowering schedules cell 0 only, and every other device runs the block of
+// its counterpart in cell 0, so the tables grow with a cell, not with the
+// pod. On a 4 x 4 x 2 pod (device (dp, fsdp, tp) = 8 dp + 2 fsdp + tp).
+
+polymesh.mesh @pod = <["dp"=4, "fsdp"=4, "tp"=2]>
+
+// The all-gather of "fsdp": four blocks (one per fsdp coordinate), the
+// same in every (dp, tp) cell; each block's group is its cell's four
+// "fsdp" devices, relative to the device (steps of 2).
+// CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_members : memref<16xi64> = dense<[0, 2, 4, 6, -2, 0, 2, 4, -4, -2, 0, 2, -6, -4, -2, 0]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_blocks : memref<32xi64> = dense<[0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3]>
+func.func @gather_fsdp(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.sharding<@pod, [{"dp", "fsdp"}, {"tp"}]>}) -> tensor<64x48xf32> {
+  %0 = polymesh.reshard %x <@pod, [{"dp"}, {"tp"}]> : tensor<64x48xf32>
+  return %0 : tensor<64x48xf32>
+}
+
+// The sum over "dp": four blocks (one per dp coordinate), groups of the
+// four "dp" devices 8 apart.
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_members : memref<16xi64> = dense<[0, 8, 16, 24, -8, 0, 8, 16, -16, -8, 0, 8, -24, -16, -8, 0]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_blocks : memref<32xi64> = dense<[0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]>
+// CHECK-LABEL: func.func @gather_fsdp__part0
+// CHECK-LABEL: func.func @reduce_dp__part0
+func.func @reduce_dp(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.sharding<@pod, [{"fsdp"}, {"tp"}], unreduced={"dp"}>}) -> tensor<64x48xf32> {
+  %0 = polymesh.reshard %x <@pod, [{"fsdp"}, {"tp"}]> : tensor<64x48xf32>
+  return %0 : tensor<64x48xf32>
+}
+
+// -----
+
+// The stage handoff: one cell of one sender and one receiver, so two
+// blocks for 32 devices: send 768 bytes to the device 16 ids up (rank 16
+// up), receive them from 16 down.
+polymesh.mesh @stage0 = <["dp"=2, "fsdp"=4, "tp"=2]>
+polymesh.mesh @stage1 = <["dp"=2, "fsdp"=4, "tp"=2], device_ids=[16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_stage_handoff__plan0_blocks : memref<32xi64> = dense<[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_stage_handoff__plan0_comms : memref<2x8xi64> = dense<{{\[}}[0, 16, 0, 768, 16, 0, 0, 0], [1, -16, 0, 768, -16, 1, 0, 0]]>
+// CHECK-LABEL: func.func @stage_handoff__part0
+func.func @stage_handoff(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.sharding<@stage0, [{"dp", "fsdp"}, {"tp"}]>}) -> tensor<64x48xf32> {
+  %0 = polymesh.reshard %x <@stage1, [{"dp", "fsdp"}, {"tp"}]> : tensor<64x48xf32>
+  return %0 : tensor<64x48xf32>
+}
+
+// -----
+
+// Cells whose ids are not one shift of cell 0's (a permuted mesh): every
+// device is scheduled from the expanded plan, one block per device here.
+polymesh.mesh @odd = <["r"=3, "x"=2], device_ids=[4, 1, 5, 0, 2, 3]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_permuted__plan0_blocks : memref<6xi64> = dense<[0, 1, 2, 3, 4, 5]>
+// CHECK-LABEL: func.func @permuted__part0
+func.func @permuted(%x: tensor<8x6xf32> {polymesh.sharding = #polymesh.sharding<@odd, [{"x"}, {}]>}) -> tensor<8x6xf32> {
+  %0 = polymesh.reshard %x <@odd, [{}, {"x"}]> : tensor<8x6xf32>
+  return %0 : tensor<8x6xf32>
+}
