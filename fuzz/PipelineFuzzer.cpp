@@ -7,7 +7,8 @@
 // polymesh-fuzz-pipeline: every input that parses and verifies goes through
 // the CPU pipeline: --polymesh-propagate, --polymesh-plan (whose output must
 // print and parse back), --polymesh-partition and --polymesh-lower-to-cpu
-// (every other input with transport=mpi). A
+// (every other input with transport=mpi; every third planned with
+// batch-min-devices=1, so that batched plans are lowered too). A
 // pass may fail with a diagnostic; it must not crash, abort or trip a
 // sanitizer. Each pass that succeeds must leave IR that verifies: a pass
 // that reports success over invalid IR is a bug too, which the PassManager's
@@ -58,8 +59,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   mlir::MLIRContext *context = input.context.get();
   mlir::OwningOpRef<mlir::ModuleOp> &module = input.module;
+  // Every third input plans batched wherever a reshard repeats (the
+  // default threshold of 1,024 devices leaves fuzzed meshes unbatched).
+  polymesh::PolymeshPlanOptions plan;
+  if (size % 3 == 0)
+    plan.batchMinDevices = 1;
   if (!runPass(*module, polymesh::createPolymeshPropagate()) ||
-      !runPass(*module, polymesh::createPolymeshPlan()))
+      !runPass(*module, polymesh::createPolymeshPlan(plan)))
     return 0;
   // What the passes build (plans with many steps, arrays of shardings) must
   // print and read back: polymesh-opt's output is the next tool's input.

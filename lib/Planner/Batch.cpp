@@ -110,6 +110,10 @@ absl::Status dropBatchAxis(TensorLayout &cellSource,
                      cellDestination.mesh().axes[*b].size, " differ"));
   std::vector<int64_t> shape = cellSource.shape();
   slab = 0;
+  if (axis.dim < -1)
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch axis \"", axis.source, "\" -> \"", axis.destination,
+                     "\": dim ", axis.dim, " is neither a dimension nor -1"));
   if (axis.dim < 0) {
     if (usesAxis(cellSource.sharding(), *a) ||
         usesAxis(cellDestination.sharding(), *b))

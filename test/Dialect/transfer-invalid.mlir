@@ -274,3 +274,15 @@ func.func @batch_cell_not_covered(%x: tensor<8xf32>) -> tensor<8xf32> {
   ] : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
+
+// -----
+
+polymesh.mesh @g = <["a"=2, "b"=2, "c"=2]>
+
+func.func @batch_negative_dim(%x: tensor<8xf32>) -> tensor<8xf32> {
+  // expected-error @+1 {{has an invalid batch: batch axis "b" -> "b": dim -2 is neither a dimension nor -1}}
+  %0 = polymesh.transfer %x <@g, [{"a", "c"}]> -> <@g, [{"a"}]> batch [#polymesh.batch_axis<"b" -> "b", dim = -2>] steps [
+    all_gather chunk 0 devices [0, 1] {0 -> [1], [0] : [2]} {1 -> [0], [2] : [4]}
+  ] : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
