@@ -21,9 +21,13 @@
 # multi-process job would: partitioned and lowered for the devices 0..K-1
 # only (--polymesh-pipeline's devices=...; docs/multi-process.md).
 #
+# With BATCH_MIN_DEVICES=N, --polymesh-plan and the pipelines get
+# batch-min-devices=N (0: no batched plans, each reshard planned whole, as
+# before they existed; docs/planner.md, "Batched plans").
+#
 # Environment: REPS=5, TIMEOUT=300, LIMIT_MIB=16384, BUILD_DIR=build,
 # POLYMESH_OPT, KEEP_DIR (keep the programs and outputs there),
-# PROCESS_DEVICES.
+# PROCESS_DEVICES, BATCH_MIN_DEVICES.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,6 +42,11 @@ if [ "$#" -gt 0 ]; then ns=("$@"); else ns=(256 1024 4096 16384 65536); fi
 own=""
 if [ -n "${PROCESS_DEVICES:-}" ]; then
   own=" devices=$(seq -s, 0 $((PROCESS_DEVICES - 1)))"
+fi
+plan_pass=--polymesh-plan
+if [ -n "${BATCH_MIN_DEVICES:-}" ]; then
+  plan_pass="--polymesh-plan=batch-min-devices=$BATCH_MIN_DEVICES"
+  own="$own batch-min-devices=$BATCH_MIN_DEVICES"
 fi
 
 if [ ! -x "$polymesh_opt" ]; then
@@ -92,7 +101,7 @@ for n in "${ns[@]}"; do
     plans=()
     for _ in $(seq "$reps"); do
       rc=0
-      timeout "$timeout_s" "$polymesh_opt" --polymesh-plan --mlir-timing \
+      timeout "$timeout_s" "$polymesh_opt" "$plan_pass" --mlir-timing \
         --emit-bytecode -o /dev/null "$program" 2> "$work/timing.txt" || rc=$?
       if [ "$rc" -ne 0 ]; then
         stopped[plan]=$(failure "$rc" "$work/timing.txt"); break
