@@ -224,6 +224,37 @@ cellZeroDevices(const ReshardBatch &batch, const TensorLayout &source,
   return devices;
 }
 
+/// Positions of device ids in a mesh: a vector indexed by id where the ids
+/// are dense enough (any pod's), else a hash map.
+class PositionIndex {
+public:
+  explicit PositionIndex(const Mesh &mesh) {
+    int64_t n = mesh.numDevices(), maxId = -1;
+    for (int64_t p = 0; p < n; ++p)
+      maxId = std::max(maxId, mesh.deviceAt(p));
+    if (maxId < 4 * n + 1024) {
+      dense.assign(maxId + 1, -1);
+      for (int64_t p = 0; p < n; ++p)
+        dense[mesh.deviceAt(p)] = p;
+    } else {
+      for (int64_t p = 0; p < n; ++p)
+        sparse[mesh.deviceAt(p)] = p;
+    }
+  }
+  /// The position of `id`, or -1.
+  int64_t find(int64_t id) const {
+    if (sparse.empty())
+      return id >= 0 && id < static_cast<int64_t>(dense.size()) ? dense[id]
+                                                                : -1;
+    auto it = sparse.find(id);
+    return it == sparse.end() ? -1 : it->second;
+  }
+
+private:
+  std::vector<int64_t> dense;
+  absl::flat_hash_map<int64_t, int64_t> sparse;
+};
+
 /// Moving a cell's devices keeps their roles: a device in both meshes of
 /// cell 0 moves to one device in every cell, and no two devices of cell 0
 /// move to one device of a cell.
@@ -246,16 +277,14 @@ absl::Status checkRoles(ReshardBatch &batch, const TensorLayout &source,
             c));
     }
   }
-  absl::flat_hash_map<int64_t, int64_t> sourcePosition;
-  for (int64_t p = 0, e = source.numDevices(); p < e; ++p)
-    sourcePosition[source.mesh().deviceAt(p)] = p;
+  PositionIndex sourcePosition(source.mesh());
   for (int64_t p = 0, e = destination.numDevices(); p < e; ++p) {
     int64_t device = destination.mesh().deviceAt(p);
-    auto it = sourcePosition.find(device);
-    if (it == sourcePosition.end())
+    int64_t position = sourcePosition.find(device);
+    if (position < 0)
       continue;
     auto [sourceCell, sourceBase] =
-        cellOf(it->second, batch.sourceStrides, batch.sizes);
+        cellOf(position, batch.sourceStrides, batch.sizes);
     auto [destinationCell, destinationBase] =
         cellOf(p, batch.destinationStrides, batch.sizes);
     if (sourceCell == destinationCell &&
@@ -310,11 +339,27 @@ makeReshardBatch(const TensorLayout &source, const TensorLayout &destination,
   return batch;
 }
 
-std::vector<BatchAxis> findBatchAxes(const TensorLayout &source,
-                                     const TensorLayout &destination) {
+namespace {
+/// The greedy search of findBatchAxes. With `checkEachAxis`, an axis is kept
+/// only when the batch so far passes every check of makeReshardBatch; else
+/// only when its layouts allow it (dropBatchAxis), and the caller checks the
+/// result once.
+std::vector<BatchAxis> searchBatchAxes(const TensorLayout &source,
+                                       const TensorLayout &destination,
+                                       bool checkEachAxis) {
   std::vector<BatchAxis> found;
   TensorLayout cellSource = source, cellDestination = destination;
   auto tryAxis = [&](BatchAxis axis) {
+    if (!checkEachAxis) {
+      TensorLayout nextSource = cellSource, nextDestination = cellDestination;
+      int64_t size = 1, slab = 0;
+      if (!dropBatchAxis(nextSource, nextDestination, axis, size, slab).ok())
+        return false;
+      found.push_back(std::move(axis));
+      cellSource = std::move(nextSource);
+      cellDestination = std::move(nextDestination);
+      return true;
+    }
     std::vector<BatchAxis> axes = found;
     axes.push_back(axis);
     absl::StatusOr<ReshardBatch> batch =
@@ -365,6 +410,31 @@ std::vector<BatchAxis> findBatchAxes(const TensorLayout &source,
     }
   }
   return found;
+}
+} // namespace
+
+std::optional<ReshardBatch> findReshardBatch(const TensorLayout &source,
+                                             const TensorLayout &destination) {
+  // Most reshards pass the checks with every axis their layouts allow: check
+  // once; else search again, checking each axis (each check is linear in
+  // the devices).
+  for (bool checkEachAxis : {false, true}) {
+    std::vector<BatchAxis> axes =
+        searchBatchAxes(source, destination, checkEachAxis);
+    if (axes.empty())
+      return std::nullopt;
+    absl::StatusOr<ReshardBatch> batch =
+        makeReshardBatch(source, destination, axes);
+    if (batch.ok())
+      return std::move(*batch);
+  }
+  return std::nullopt;
+}
+
+std::vector<BatchAxis> findBatchAxes(const TensorLayout &source,
+                                     const TensorLayout &destination) {
+  std::optional<ReshardBatch> batch = findReshardBatch(source, destination);
+  return batch ? batch->axes : std::vector<BatchAxis>{};
 }
 
 std::optional<PlanOptions> cellPlanOptions(const ReshardBatch &batch,

@@ -377,14 +377,11 @@ private:
     if (batchMinDevices <= 0 ||
         std::max(from.numDevices(), to.numDevices()) < batchMinDevices)
       return std::nullopt;
-    std::vector<planner::BatchAxis> axes = planner::findBatchAxes(from, to);
-    if (axes.empty())
+    std::optional<planner::ReshardBatch> batch =
+        planner::findReshardBatch(from, to);
+    if (!batch || !planner::cellPlanOptions(*batch, options))
       return std::nullopt;
-    absl::StatusOr<planner::ReshardBatch> batch =
-        planner::makeReshardBatch(from, to, axes);
-    if (!batch.ok() || !planner::cellPlanOptions(*batch, options))
-      return std::nullopt;
-    return std::move(*batch);
+    return batch;
   }
 
   void report(ReshardOp reshard, RankedTensorType type, ShardingAttr source,

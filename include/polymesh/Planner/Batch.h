@@ -90,6 +90,9 @@ makeReshardBatch(const TensorLayout &source, const TensorLayout &destination,
 /// size). Empty when the reshard does not repeat.
 std::vector<BatchAxis> findBatchAxes(const TensorLayout &source,
                                      const TensorLayout &destination);
+/// The batch of findBatchAxes' axes, or nullopt when there are none.
+std::optional<ReshardBatch> findReshardBatch(const TensorLayout &source,
+                                             const TensorLayout &destination);
 
 /// The options to plan cell 0 with so that the expanded plan keeps
 /// `options`: when cells share devices, each cell gets half the memory
