@@ -121,6 +121,41 @@ protected:
     });
   }
 
+  /// kReshards after --polymesh-plan under the parameter's memory limit
+  /// (and `batchMinDevices`, else the pass's default); null on failure.
+  OwningOpRef<ModuleOp>
+  planReshards(std::optional<int64_t> batchMinDevices = std::nullopt) {
+    OwningOpRef<ModuleOp> module =
+        parseSourceString<ModuleOp>(kReshards, &context);
+    if (!module)
+      return {};
+    PassManager pm(&context);
+    PolymeshPlanOptions options;
+    options.memoryLimitBytes = GetParam();
+    if (batchMinDevices)
+      options.batchMinDevices = *batchMinDevices;
+    pm.addPass(createPolymeshPlan(options));
+    if (failed(pm.run(*module)))
+      return {};
+    return module;
+  }
+
+  /// The op's source and destination layouts, as the lowerings make them.
+  std::optional<std::pair<planner::TensorLayout, planner::TensorLayout>>
+  layoutsOf(TransferOp op) {
+    auto type = cast<RankedTensorType>(op.getResult().getType());
+    auto emit = [&]() { return op.emitOpError(); };
+    FailureOr<planner::TensorLayout> source =
+        toTensorLayout(emit, op.getSource(),
+                       lookupMesh(op, op.getSource().getMeshName()), type);
+    FailureOr<planner::TensorLayout> destination =
+        toTensorLayout(emit, op.getDestination(),
+                       lookupMesh(op, op.getDestination().getMeshName()), type);
+    if (failed(source) || failed(destination))
+      return std::nullopt;
+    return std::make_pair(std::move(*source), std::move(*destination));
+  }
+
   MLIRContext context;
   std::string diagnostics;
 };
@@ -180,120 +215,74 @@ void expectSamePlan(const planner::TransferPlan &got,
   }
 }
 
-// The parameter is the pass's memory limit: 0 (one chunk) or small enough
-// that most plans are cut into several chunks.
-TEST_P(TransferPlanConversionTest, GivesBackWhatThePlannerPlanned) {
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(kReshards, &context);
-  ASSERT_TRUE(module) << diagnostics;
-  PassManager pm(&context);
-  PolymeshPlanOptions options;
-  options.memoryLimitBytes = GetParam();
-  pm.addPass(createPolymeshPlan(options));
-  ASSERT_TRUE(succeeded(pm.run(*module))) << diagnostics;
-
-  planner::PlanOptions plannerOptions;
-  plannerOptions.memoryLimitBytes = GetParam();
-  int transfers = 0;
-  module->walk([&](TransferOp op) {
-    ++transfers;
-    auto function = op->getParentOfType<func::FuncOp>();
-    SCOPED_TRACE("@" + function.getSymName().str());
-    auto type = cast<RankedTensorType>(op.getResult().getType());
-    auto emit = [&]() { return op.emitOpError(); };
-    FailureOr<planner::TensorLayout> source =
-        toTensorLayout(emit, op.getSource(),
-                       lookupMesh(op, op.getSource().getMeshName()), type);
-    FailureOr<planner::TensorLayout> destination =
-        toTensorLayout(emit, op.getDestination(),
-                       lookupMesh(op, op.getDestination().getMeshName()), type);
-    ASSERT_TRUE(succeeded(source) && succeeded(destination)) << diagnostics;
-
-    absl::StatusOr<planner::TransferPlan> got =
-        toPlannerPlan(op, *source, *destination);
-    ASSERT_TRUE(got.ok()) << got.status();
-    int64_t elementBytes = std::max<int64_t>(
-        1, (type.getElementType().getIntOrFloatBitWidth() + 7) / 8);
-    absl::StatusOr<planner::TransferPlan> want = planner::planReshard(
-        *source, *destination, elementBytes, plannerOptions);
-    ASSERT_TRUE(want.ok()) << want.status();
-    expectSamePlan(*got, *want);
-  });
-  EXPECT_EQ(transfers, 15);
+/// What the planner itself makes of `op`'s reshard under `options`: the
+/// plan of the whole reshard, or for a batched op the expansion of the
+/// cell it plans.
+absl::StatusOr<planner::TransferPlan>
+plannersPlan(TransferOp op, const planner::TensorLayout &source,
+             const planner::TensorLayout &destination,
+             const planner::PlanOptions &options) {
+  int64_t elementBytes =
+      elementByteSize(op.getResult().getType().getElementType());
+  if (!op.getBatchAttr())
+    return planner::planReshard(source, destination, elementBytes, options);
+  absl::StatusOr<planner::ReshardBatch> batch = planner::makeReshardBatch(
+      source, destination, toPlannerBatchAxes(op.getBatchAttr()));
+  if (!batch.ok())
+    return batch.status();
+  absl::StatusOr<planner::TransferPlan> cell =
+      planner::planCellReshard(*batch, elementBytes, options);
+  if (!cell.ok())
+    return cell.status();
+  return planner::expandBatchedPlan(*cell, *batch, source, destination);
 }
 
-// Batched plans (batch-min-devices=1) convert back to the planner's own
-// expansion of the cell it planned, field by field.
-TEST_P(TransferPlanConversionTest, ExpandsBatchedPlans) {
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(kReshards, &context);
-  ASSERT_TRUE(module) << diagnostics;
-  PassManager pm(&context);
-  PolymeshPlanOptions options;
-  options.memoryLimitBytes = GetParam();
-  options.batchMinDevices = 1;
-  pm.addPass(createPolymeshPlan(options));
-  ASSERT_TRUE(succeeded(pm.run(*module))) << diagnostics;
-
+// The parameter is the pass's memory limit: 0 (one chunk) or small enough
+// that most plans are cut into several chunks. Each reshard is planned
+// whole (the default: these meshes are below batch-min-devices), then
+// batched wherever it repeats (batch-min-devices=1).
+TEST_P(TransferPlanConversionTest, GivesBackWhatThePlannerPlanned) {
   planner::PlanOptions plannerOptions;
   plannerOptions.memoryLimitBytes = GetParam();
-  int batched = 0;
-  module->walk([&](TransferOp op) {
-    if (!op.getBatchAttr())
-      return;
-    ++batched;
-    SCOPED_TRACE("@" + op->getParentOfType<func::FuncOp>().getSymName().str());
-    auto type = cast<RankedTensorType>(op.getResult().getType());
-    auto emit = [&]() { return op.emitOpError(); };
-    FailureOr<planner::TensorLayout> source =
-        toTensorLayout(emit, op.getSource(),
-                       lookupMesh(op, op.getSource().getMeshName()), type);
-    FailureOr<planner::TensorLayout> destination =
-        toTensorLayout(emit, op.getDestination(),
-                       lookupMesh(op, op.getDestination().getMeshName()), type);
-    ASSERT_TRUE(succeeded(source) && succeeded(destination)) << diagnostics;
-    absl::StatusOr<planner::TransferPlan> got =
-        toPlannerPlan(op, *source, *destination);
-    ASSERT_TRUE(got.ok()) << got.status();
-    absl::StatusOr<planner::ReshardBatch> batch = planner::makeReshardBatch(
-        *source, *destination, toPlannerBatchAxes(op.getBatchAttr()));
-    ASSERT_TRUE(batch.ok()) << batch.status();
-    absl::StatusOr<planner::TransferPlan> cell = planner::planCellReshard(
-        *batch, elementByteSize(type.getElementType()), plannerOptions);
-    ASSERT_TRUE(cell.ok()) << cell.status();
-    absl::StatusOr<planner::TransferPlan> want =
-        planner::expandBatchedPlan(*cell, *batch, *source, *destination);
-    ASSERT_TRUE(want.ok()) << want.status();
-    expectSamePlan(*got, *want);
-  });
+  int transfers = 0, batched = 0;
+  for (std::optional<int64_t> batchMinDevices :
+       {std::optional<int64_t>(), std::optional<int64_t>(1)}) {
+    OwningOpRef<ModuleOp> module = planReshards(batchMinDevices);
+    ASSERT_TRUE(module) << diagnostics;
+    module->walk([&](TransferOp op) {
+      ++transfers;
+      batched += op.getBatchAttr() != nullptr;
+      SCOPED_TRACE("@" +
+                   op->getParentOfType<func::FuncOp>().getSymName().str());
+      auto layouts = layoutsOf(op);
+      ASSERT_TRUE(layouts) << diagnostics;
+      const auto &[source, destination] = *layouts;
+      absl::StatusOr<planner::TransferPlan> got =
+          toPlannerPlan(op, source, destination);
+      ASSERT_TRUE(got.ok()) << got.status();
+      absl::StatusOr<planner::TransferPlan> want =
+          plannersPlan(op, source, destination, plannerOptions);
+      ASSERT_TRUE(want.ok()) << want.status();
+      expectSamePlan(*got, *want);
+    });
+  }
+  EXPECT_EQ(transfers, 30);
   EXPECT_GE(batched, 4);
 }
 
 // The derived fields on the cases that exercise them, so the comparison
 // above cannot pass by both sides leaving them unset.
 TEST_P(TransferPlanConversionTest, DerivesWhatTheIrDoesNotRecord) {
-  OwningOpRef<ModuleOp> module =
-      parseSourceString<ModuleOp>(kReshards, &context);
+  OwningOpRef<ModuleOp> module = planReshards();
   ASSERT_TRUE(module) << diagnostics;
-  PassManager pm(&context);
-  PolymeshPlanOptions options;
-  options.memoryLimitBytes = GetParam();
-  pm.addPass(createPolymeshPlan(options));
-  ASSERT_TRUE(succeeded(pm.run(*module))) << diagnostics;
 
   std::map<std::string, planner::TransferPlan> plans;
   module->walk([&](TransferOp op) {
-    auto type = cast<RankedTensorType>(op.getResult().getType());
-    auto emit = [&]() { return op.emitOpError(); };
-    FailureOr<planner::TensorLayout> source =
-        toTensorLayout(emit, op.getSource(),
-                       lookupMesh(op, op.getSource().getMeshName()), type);
-    FailureOr<planner::TensorLayout> destination =
-        toTensorLayout(emit, op.getDestination(),
-                       lookupMesh(op, op.getDestination().getMeshName()), type);
-    ASSERT_TRUE(succeeded(source) && succeeded(destination)) << diagnostics;
+    auto layouts = layoutsOf(op);
+    ASSERT_TRUE(layouts) << diagnostics;
+    const auto &[source, destination] = *layouts;
     absl::StatusOr<planner::TransferPlan> plan =
-        toPlannerPlan(op, *source, *destination);
+        toPlannerPlan(op, source, destination);
     ASSERT_TRUE(plan.ok()) << plan.status();
     plans.emplace(op->getParentOfType<func::FuncOp>().getSymName().str(),
                   std::move(*plan));

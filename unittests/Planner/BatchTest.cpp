@@ -15,33 +15,24 @@
 #include "polymesh/Planner/RandomLayout.h"
 #include "polymesh/Planner/Simulate.h"
 
+#include "Support/LayoutBuilders.h"
+#include "Support/PlanChecks.h"
+
 #include <gtest/gtest.h>
 
 #include <iostream>
 
 using namespace polymesh::planner;
+using namespace polymesh::planner::testing;
 
 namespace {
 
-TensorLayout layout(Mesh mesh, Sharding sharding, std::vector<int64_t> shape) {
+TensorLayout withSharding(const Mesh &mesh, const Sharding &sharding,
+                          std::vector<int64_t> shape) {
   absl::StatusOr<TensorLayout> result =
-      TensorLayout::create(std::move(mesh), std::move(sharding), shape);
+      TensorLayout::create(mesh, sharding, std::move(shape));
   EXPECT_TRUE(result.ok()) << result.status();
-  return std::move(*result);
-}
-
-Sharding dims(const Mesh &mesh, std::vector<std::vector<std::string>> names,
-              std::vector<std::string> unreduced = {}) {
-  Sharding sharding;
-  for (const std::vector<std::string> &dim : names) {
-    DimSharding d;
-    for (const std::string &name : dim)
-      d.axes.push_back(AxisRef::whole(mesh, *mesh.axisIndex(name)));
-    sharding.dims.push_back(d);
-  }
-  for (const std::string &name : unreduced)
-    sharding.unreduced.push_back(AxisRef::whole(mesh, *mesh.axisIndex(name)));
-  return sharding;
+  return *std::move(result);
 }
 
 /// Plans the cell, expands, and checks the whole plan; returns it.
@@ -69,15 +60,7 @@ TransferPlan checkBatched(const TensorLayout &source,
   EXPECT_TRUE(plan.ok()) << plan.status();
   if (!plan.ok())
     return {};
-  absl::StatusOr<SimulationResult> result =
-      simulatePlan(*plan, source, destination);
-  EXPECT_TRUE(result.ok()) << result.status() << "\n" << formatPlan(*plan);
-  if (!result.ok())
-    return {};
-  absl::Status check = checkDestinationBuffers(*result, destination);
-  EXPECT_TRUE(check.ok()) << check << "\n" << formatPlan(*plan);
-  EXPECT_EQ(result->duplicateWrites, 0);
-  EXPECT_EQ(result->bytesCrossed, plan->bytesMoved);
+  EXPECT_TRUE(runsCorrectly(*plan, source, destination));
   absl::StatusOr<TransferPlan> whole =
       planReshard(source, destination, elementBytes, options);
   EXPECT_TRUE(whole.ok()) << whole.status();
@@ -103,46 +86,37 @@ Mesh pod(int64_t dp, int64_t fsdp, int64_t tp, std::vector<int64_t> ids = {}) {
   return Mesh{{{"dp", dp}, {"fsdp", fsdp}, {"tp", tp}}, std::move(ids)};
 }
 
-std::vector<int64_t> iota(int64_t from, int64_t count) {
-  std::vector<int64_t> ids(count);
-  for (int64_t i = 0; i < count; ++i)
-    ids[i] = from + i;
-  return ids;
-}
-
 // The four reshards of benchmarks/scale on a 4 x 4 x 2 pod.
 TEST(BatchTest, PodReshards) {
   Mesh mesh = pod(4, 4, 2);
   std::vector<int64_t> shape = {64, 48};
-  TensorLayout fsdp = layout(mesh, dims(mesh, {{"dp", "fsdp"}, {"tp"}}), shape);
+  TensorLayout fsdp = layout(mesh, {{"dp", "fsdp"}, {"tp"}}, shape);
 
-  TensorLayout toTp = layout(mesh, dims(mesh, {{"dp"}, {"fsdp", "tp"}}), shape);
+  TensorLayout toTp = layout(mesh, {{"dp"}, {"fsdp", "tp"}}, shape);
   std::vector<BatchAxis> axes = findBatchAxes(fsdp, toTp);
   EXPECT_EQ(axes, (std::vector<BatchAxis>{{"dp", "dp", 0}}));
   TransferPlan plan = checkBatched(fsdp, toTp, axes);
   EXPECT_GT(plan.bytesMoved, 0);
 
-  TensorLayout gathered = layout(mesh, dims(mesh, {{"dp"}, {"tp"}}), shape);
+  TensorLayout gathered = layout(mesh, {{"dp"}, {"tp"}}, shape);
   axes = findBatchAxes(fsdp, gathered);
   EXPECT_EQ(axes, (std::vector<BatchAxis>{{"dp", "dp", 0}, {"tp", "tp", 1}}));
   plan = checkBatched(fsdp, gathered, axes);
   // One all-gather of "fsdp" per (dp, tp) cell.
   EXPECT_EQ(plan.count(StepKind::AllGather), 8);
 
-  TensorLayout partial =
-      layout(mesh, dims(mesh, {{"fsdp"}, {"tp"}}, {"dp"}), shape);
-  TensorLayout reduced = layout(mesh, dims(mesh, {{"fsdp"}, {"tp"}}), shape);
+  TensorLayout partial = layout(mesh, {{"fsdp"}, {"tp"}}, shape, {"dp"});
+  TensorLayout reduced = layout(mesh, {{"fsdp"}, {"tp"}}, shape);
   axes = findBatchAxes(partial, reduced);
   EXPECT_EQ(axes,
             (std::vector<BatchAxis>{{"fsdp", "fsdp", 0}, {"tp", "tp", 1}}));
   plan = checkBatched(partial, reduced, axes);
   EXPECT_EQ(plan.count(StepKind::AllReduce), 8);
 
-  Mesh stage0 = pod(2, 4, 2, iota(0, 16)), stage1 = pod(2, 4, 2, iota(16, 16));
-  TensorLayout from =
-      layout(stage0, dims(stage0, {{"dp", "fsdp"}, {"tp"}}), shape);
-  TensorLayout to =
-      layout(stage1, dims(stage1, {{"dp", "fsdp"}, {"tp"}}), shape);
+  Mesh stage0 = pod(2, 4, 2, range(0, 16)),
+       stage1 = pod(2, 4, 2, range(16, 32));
+  TensorLayout from = layout(stage0, {{"dp", "fsdp"}, {"tp"}}, shape);
+  TensorLayout to = layout(stage1, {{"dp", "fsdp"}, {"tp"}}, shape);
   axes = findBatchAxes(from, to);
   EXPECT_EQ(axes.size(), 3u);
   plan = checkBatched(from, to, axes);
@@ -154,8 +128,8 @@ TEST(BatchTest, ReplicatedAxesAndOddIds) {
   Mesh mesh{{{"r", 3}, {"x", 2}, {"y", 2}},
             {7, 3, 11, 0, 5, 9, 1, 4, 10, 2, 8, 6}};
   std::vector<int64_t> shape = {10, 6};
-  TensorLayout source = layout(mesh, dims(mesh, {{"x"}, {"y"}}), shape);
-  TensorLayout destination = layout(mesh, dims(mesh, {{"y", "x"}, {}}), shape);
+  TensorLayout source = layout(mesh, {{"x"}, {"y"}}, shape);
+  TensorLayout destination = layout(mesh, {{"y", "x"}, {}}, shape);
   std::vector<BatchAxis> axes = findBatchAxes(source, destination);
   EXPECT_EQ(axes, (std::vector<BatchAxis>{{"r", "r", -1}}));
   checkBatched(source, destination, axes, 2, PlanOptions{24});
@@ -164,8 +138,8 @@ TEST(BatchTest, ReplicatedAxesAndOddIds) {
 TEST(BatchTest, RefusesWhatDoesNotRepeat) {
   Mesh mesh = pod(2, 2, 2);
   // Tiles of 3 rows (10 over 4) straddle the slabs of 5 rows of "dp".
-  TensorLayout source = layout(mesh, dims(mesh, {{"dp", "fsdp"}, {}}), {10, 4});
-  TensorLayout destination = layout(mesh, dims(mesh, {{"dp"}, {}}), {10, 4});
+  TensorLayout source = layout(mesh, {{"dp", "fsdp"}, {}}, {10, 4});
+  TensorLayout destination = layout(mesh, {{"dp"}, {}}, {10, 4});
   absl::StatusOr<ReshardBatch> batch =
       makeReshardBatch(source, destination, {{"dp", "dp", 0}});
   ASSERT_FALSE(batch.ok());
@@ -174,12 +148,12 @@ TEST(BatchTest, RefusesWhatDoesNotRepeat) {
   EXPECT_TRUE(findBatchAxes(source, destination).empty() ||
               findBatchAxes(source, destination).front().source != "dp");
   // The axis splits a dimension in one layout only.
-  TensorLayout other = layout(mesh, dims(mesh, {{"fsdp"}, {"dp"}}), {8, 4});
-  TensorLayout again = layout(mesh, dims(mesh, {{"fsdp"}, {}}), {8, 4});
+  TensorLayout other = layout(mesh, {{"fsdp"}, {"dp"}}, {8, 4});
+  TensorLayout again = layout(mesh, {{"fsdp"}, {}}, {8, 4});
   EXPECT_FALSE(makeReshardBatch(other, again, {{"dp", "dp", -1}}).ok());
   EXPECT_FALSE(makeReshardBatch(other, again, {{"dp", "dp", 1}}).ok());
   // Pairing two different axes of one mesh moves shared devices apart.
-  TensorLayout a = layout(mesh, dims(mesh, {{"tp"}, {}}), {8, 4});
+  TensorLayout a = layout(mesh, {{"tp"}, {}}, {8, 4});
   absl::StatusOr<ReshardBatch> crossed =
       makeReshardBatch(a, a, {{"dp", "fsdp", -1}});
   ASSERT_FALSE(crossed.ok());
@@ -283,14 +257,14 @@ BatchedCase randomBatchedCase(SplitMix64 &rng) {
   Mesh destination =
       repeatMesh(cell.destination.mesh(), sizes, destinationAt, offset);
   BatchedCase result{
-      {layout(source,
-              repeatSharding(cell.source.sharding(), cell.source.mesh(), source,
-                             dimOf),
-              shape),
-       layout(destination,
-              repeatSharding(cell.destination.sharding(),
-                             cell.destination.mesh(), destination, dimOf),
-              shape),
+      {withSharding(source,
+                    repeatSharding(cell.source.sharding(), cell.source.mesh(),
+                                   source, dimOf),
+                    shape),
+       withSharding(destination,
+                    repeatSharding(cell.destination.sharding(),
+                                   cell.destination.mesh(), destination, dimOf),
+                    shape),
        cell.elementBytes, cell.options},
       {}};
   for (int i = 0; i < count; ++i) {

@@ -14,6 +14,7 @@
 #include "polymesh/Planner/Simulate.h"
 
 #include "Support/LayoutBuilders.h"
+#include "Support/PlanChecks.h"
 
 #include <gtest/gtest.h>
 
@@ -35,17 +36,7 @@ TransferPlan planAndCheck(const TensorLayout &source,
   EXPECT_TRUE(plan.ok()) << plan.status();
   if (!plan.ok())
     return {};
-  absl::StatusOr<SimulationResult> result =
-      simulatePlan(*plan, source, destination);
-  EXPECT_TRUE(result.ok()) << result.status() << "\n" << formatPlan(*plan);
-  if (result.ok()) {
-    absl::Status check = checkDestinationBuffers(*result, destination);
-    EXPECT_TRUE(check.ok()) << check << "\n" << formatPlan(*plan);
-    EXPECT_EQ(result->bytesCrossed, plan->bytesMoved);
-    for (const DeviceStats &stats : plan->perDevice)
-      EXPECT_EQ(result->peakStagingBytes[stats.device], stats.peakTempBytes)
-          << "device " << stats.device;
-  }
+  EXPECT_TRUE(runsCorrectly(*plan, source, destination));
   EXPECT_EQ(plan->bytesMoved, plan->lowerBoundBytes) << formatPlan(*plan);
   if (options.memoryLimitBytes > 0) {
     EXPECT_LE(plan->peakTempBytes, options.memoryLimitBytes);
