@@ -6,7 +6,8 @@
 
 #include "polymesh/Planner/Batch.h"
 
-#include "absl/container/flat_hash_map.h"
+#include "DeviceIndex.h"
+
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
@@ -176,16 +177,6 @@ CellShift cellShift(const ReshardBatch &batch, int64_t cell, size_t rank) {
   return shift;
 }
 
-/// Whether the whole-mesh position lies in cell 0 (coordinate 0 on every
-/// batch axis), given the strides and sizes of one mesh's batch axes.
-bool inCellZero(int64_t position, const std::vector<int64_t> &strides,
-                const std::vector<int64_t> &sizes) {
-  for (size_t i = 0; i < strides.size(); ++i)
-    if ((position / strides[i]) % sizes[i] != 0)
-      return false;
-  return true;
-}
-
 /// The cell of a whole-mesh position and its position in cell 0.
 std::pair<int64_t, int64_t> cellOf(int64_t position,
                                    const std::vector<int64_t> &strides,
@@ -211,78 +202,68 @@ bool sameSlab(const ReshardBatch &batch, int64_t a, int64_t b) {
   return true;
 }
 
-absl::flat_hash_map<int64_t, CellDevice>
-cellZeroDevices(const ReshardBatch &batch, const TensorLayout &source,
-                const TensorLayout &destination) {
-  absl::flat_hash_map<int64_t, CellDevice> devices;
-  for (int64_t p = 0, e = source.numDevices(); p < e; ++p)
-    if (inCellZero(p, batch.sourceStrides, batch.sizes))
-      devices[source.mesh().deviceAt(p)].sourcePosition = p;
-  for (int64_t p = 0, e = destination.numDevices(); p < e; ++p)
-    if (inCellZero(p, batch.destinationStrides, batch.sizes))
-      devices[destination.mesh().deviceAt(p)].destinationPosition = p;
-  return devices;
-}
+/// Cell 0's devices, both meshes', numbered in id order, each with its
+/// positions in the whole meshes.
+struct CellZero {
+  DeviceIndex index;
+  std::vector<CellDevice> where;
 
-/// Positions of device ids in a mesh: a vector indexed by id where the ids
-/// are dense enough (any pod's), else a hash map.
-class PositionIndex {
-public:
-  explicit PositionIndex(const Mesh &mesh) {
-    int64_t n = mesh.numDevices(), maxId = -1;
-    for (int64_t p = 0; p < n; ++p)
-      maxId = std::max(maxId, mesh.deviceAt(p));
-    if (maxId < 4 * n + 1024) {
-      dense.assign(maxId + 1, -1);
-      for (int64_t p = 0; p < n; ++p)
-        dense[mesh.deviceAt(p)] = p;
-    } else {
-      for (int64_t p = 0; p < n; ++p)
-        sparse[mesh.deviceAt(p)] = p;
-    }
-  }
-  /// The position of `id`, or -1.
-  int64_t find(int64_t id) const {
-    if (sparse.empty())
-      return id >= 0 && id < static_cast<int64_t>(dense.size()) ? dense[id]
-                                                                : -1;
-    auto it = sparse.find(id);
-    return it == sparse.end() ? -1 : it->second;
-  }
-
-private:
-  std::vector<int64_t> dense;
-  absl::flat_hash_map<int64_t, int64_t> sparse;
+  const CellDevice &of(int64_t id) const { return where[index.at(id)]; }
 };
+
+CellZero cellZeroDevices(const ReshardBatch &batch, const TensorLayout &source,
+                         const TensorLayout &destination) {
+  std::vector<int64_t> ids;
+  for (const TensorLayout *cell : {&batch.cellSource, &batch.cellDestination})
+    for (int64_t p = 0, e = cell->numDevices(); p < e; ++p)
+      ids.push_back(cell->mesh().deviceAt(p));
+  CellZero cellZero{DeviceIndex(std::move(ids)), {}};
+  cellZero.where.resize(cellZero.index.size());
+  for (int64_t p = 0, e = source.numDevices(); p < e; ++p)
+    if (cellOf(p, batch.sourceStrides, batch.sizes).first == 0)
+      cellZero.where[cellZero.index.at(source.mesh().deviceAt(p))]
+          .sourcePosition = p;
+  for (int64_t p = 0, e = destination.numDevices(); p < e; ++p)
+    if (cellOf(p, batch.destinationStrides, batch.sizes).first == 0)
+      cellZero.where[cellZero.index.at(destination.mesh().deviceAt(p))]
+          .destinationPosition = p;
+  return cellZero;
+}
 
 /// Moving a cell's devices keeps their roles: a device in both meshes of
 /// cell 0 moves to one device in every cell, and no two devices of cell 0
 /// move to one device of a cell.
 absl::Status checkRoles(ReshardBatch &batch, const TensorLayout &source,
                         const TensorLayout &destination) {
-  absl::flat_hash_map<int64_t, CellDevice> cellZero =
-      cellZeroDevices(batch, source, destination);
-  for (const auto &[device, where] : cellZero) {
-    if (where.sourcePosition < 0 || where.destinationPosition < 0)
-      continue;
-    for (int64_t c = 1; c < batch.numCells; ++c) {
-      CellShift shift = cellShift(batch, c, 0);
-      if (source.mesh().deviceAt(where.sourcePosition + shift.source) !=
-          destination.mesh().deviceAt(where.destinationPosition +
-                                      shift.destination))
+  CellZero cellZero = cellZeroDevices(batch, source, destination);
+  for (int64_t c = 1; c < batch.numCells; ++c) {
+    CellShift shift = cellShift(batch, c, 0);
+    for (int32_t i = 0; i < cellZero.index.size(); ++i) {
+      const CellDevice &where = cellZero.where[i];
+      if (where.sourcePosition >= 0 && where.destinationPosition >= 0 &&
+          source.mesh().deviceAt(where.sourcePosition + shift.source) !=
+              destination.mesh().deviceAt(where.destinationPosition +
+                                          shift.destination))
         return absl::InvalidArgumentError(absl::StrCat(
-            "device ", device,
+            "device ", cellZero.index.idAt(i),
             " is in both meshes of cell 0 but the batch axes move it to two "
             "devices in cell ",
             c));
     }
   }
-  PositionIndex sourcePosition(source.mesh());
+  std::vector<int64_t> sourceIds;
+  for (int64_t p = 0, e = source.numDevices(); p < e; ++p)
+    sourceIds.push_back(source.mesh().deviceAt(p));
+  DeviceIndex sourceIndex(sourceIds);
+  std::vector<int64_t> sourcePosition(sourceIndex.size());
+  for (int64_t p = 0, e = source.numDevices(); p < e; ++p)
+    sourcePosition[sourceIndex.at(sourceIds[p])] = p;
   for (int64_t p = 0, e = destination.numDevices(); p < e; ++p) {
     int64_t device = destination.mesh().deviceAt(p);
-    int64_t position = sourcePosition.find(device);
-    if (position < 0)
+    int32_t dense = sourceIndex.at(device);
+    if (dense < 0)
       continue;
+    int64_t position = sourcePosition[dense];
     auto [sourceCell, sourceBase] =
         cellOf(position, batch.sourceStrides, batch.sizes);
     auto [destinationCell, destinationBase] =
@@ -504,6 +485,9 @@ public:
       : batch(batch), source(source), destination(destination),
         cellZero(cellZeroDevices(batch, source, destination)) {}
 
+  /// Cell 0's devices, in id order.
+  const DeviceIndex &cellZeroIndex() const { return cellZero.index; }
+
   void moveTo(int64_t cell, size_t rank) {
     shift = cellShift(batch, cell, rank);
     identity = cell == 0;
@@ -511,7 +495,7 @@ public:
   int64_t device(int64_t id) const {
     if (identity)
       return id;
-    const CellDevice &where = cellZero.at(id);
+    const CellDevice &where = cellZero.of(id);
     return where.sourcePosition >= 0
                ? source.mesh().deviceAt(where.sourcePosition + shift.source)
                : destination.mesh().deviceAt(where.destinationPosition +
@@ -533,7 +517,7 @@ public:
 private:
   const ReshardBatch &batch;
   const TensorLayout &source, &destination;
-  absl::flat_hash_map<int64_t, CellDevice> cellZero;
+  CellZero cellZero;
   CellShift shift;
   bool identity = true;
 };
@@ -543,19 +527,14 @@ private:
 std::vector<std::vector<int64_t>>
 cellDeviceTable(const ReshardBatch &batch, const TensorLayout &source,
                 const TensorLayout &destination) {
-  std::vector<int64_t> cellZero;
-  for (const TensorLayout *layout : {&batch.cellSource, &batch.cellDestination})
-    for (int64_t p = 0, e = layout->numDevices(); p < e; ++p)
-      cellZero.push_back(layout->mesh().deviceAt(p));
-  std::sort(cellZero.begin(), cellZero.end());
-  cellZero.erase(std::unique(cellZero.begin(), cellZero.end()), cellZero.end());
   CellMover mover(batch, source, destination);
+  const DeviceIndex &cellZero = mover.cellZeroIndex();
   std::vector<std::vector<int64_t>> table(batch.numCells);
   for (int64_t c = 0; c < batch.numCells; ++c) {
     mover.moveTo(c, 0);
     table[c].reserve(cellZero.size());
-    for (int64_t device : cellZero)
-      table[c].push_back(mover.device(device));
+    for (int32_t i = 0; i < cellZero.size(); ++i)
+      table[c].push_back(mover.device(cellZero.idAt(i)));
   }
   return table;
 }
