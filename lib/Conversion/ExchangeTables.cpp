@@ -63,8 +63,8 @@ MemRefType PlanTableBuilder::globalType(const std::string &name) {
 }
 
 Value PlanTableBuilder::groupBuffer(OpBuilder &builder, int64_t size) {
-  // Found again by its mark (finishPartitionedModule drops it), not by a
-  // map: the CUDA lowering erases functions while it runs.
+  // Found again by its mark (finishPartitionedModule drops it): the
+  // function's entry block is the one place that knows it.
   constexpr llvm::StringLiteral kMark = PolymeshDialect::kGroupBufferAttrName;
   auto function = builder.getInsertionBlock()
                       ->getParent()
@@ -90,7 +90,15 @@ Value PlanTableBuilder::groupBuffer(OpBuilder &builder, int64_t size) {
 
 std::string PlanTableBuilder::addGlobal(StringRef name, ArrayRef<int64_t> shape,
                                         ArrayRef<int64_t> values) {
-  OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());
+  OpBuilder builder(module.getContext());
+  return addGlobal(builder, name, shape, values);
+}
+
+std::string PlanTableBuilder::addGlobal(OpBuilder &builder, StringRef name,
+                                        ArrayRef<int64_t> shape,
+                                        ArrayRef<int64_t> values) {
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(module.getBody());
   auto type = MemRefType::get(shape, builder.getI64Type());
   auto tensorType = RankedTensorType::get(shape, builder.getI64Type());
   auto global = memref::GlobalOp::create(

@@ -149,6 +149,11 @@ public:
   /// A private constant memref.global of i64; returns its name.
   std::string addGlobal(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
                         llvm::ArrayRef<int64_t> values);
+  /// The same, created through `builder` (a conversion pattern's
+  /// rewriter).
+  std::string addGlobal(mlir::OpBuilder &builder, llvm::StringRef name,
+                        llvm::ArrayRef<int64_t> shape,
+                        llvm::ArrayRef<int64_t> values);
   mlir::MemRefType globalType(const std::string &name);
   /// An i64 array of at least `size` entries on the stack of the function
   /// `builder` inserts into, for the device ids of a collective's group. One

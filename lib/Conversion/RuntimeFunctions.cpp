@@ -87,6 +87,13 @@ polymesh::conversion::runtimeSignature(RuntimeFunction function) {
 
 LLVM::LLVMFuncOp polymesh::conversion::getOrDeclare(ModuleOp module,
                                                     RuntimeFunction function) {
+  OpBuilder builder(module.getContext());
+  return getOrDeclare(builder, module, function);
+}
+
+LLVM::LLVMFuncOp polymesh::conversion::getOrDeclare(OpBuilder &builder,
+                                                    ModuleOp module,
+                                                    RuntimeFunction function) {
   const RuntimeSignature &signature = runtimeSignature(function);
   if (auto existing = module.lookupSymbol<LLVM::LLVMFuncOp>(signature.name))
     return existing;
@@ -94,7 +101,8 @@ LLVM::LLVMFuncOp polymesh::conversion::getOrDeclare(ModuleOp module,
   SmallVector<Type> arguments;
   for (char code : signature.arguments)
     arguments.push_back(typeOf(context, code));
-  OpBuilder builder = OpBuilder::atBlockBegin(module.getBody());
+  OpBuilder::InsertionGuard guard(builder);
+  builder.setInsertionPointToStart(module.getBody());
   return LLVM::LLVMFuncOp::create(
       builder, module.getLoc(), signature.name,
       LLVM::LLVMFunctionType::get(typeOf(context, signature.result),

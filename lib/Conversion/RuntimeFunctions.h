@@ -71,6 +71,10 @@ const RuntimeSignature &runtimeSignature(RuntimeFunction function);
 /// `function`, declared in `module` on first use.
 mlir::LLVM::LLVMFuncOp getOrDeclare(mlir::ModuleOp module,
                                     RuntimeFunction function);
+/// The same, created through `builder` (a conversion pattern's rewriter).
+mlir::LLVM::LLVMFuncOp getOrDeclare(mlir::OpBuilder &builder,
+                                    mlir::ModuleOp module,
+                                    RuntimeFunction function);
 
 } // namespace polymesh::conversion
 

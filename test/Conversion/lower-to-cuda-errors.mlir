@@ -1,4 +1,5 @@
 // RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition --polymesh-lower-to-cuda -split-input-file -verify-diagnostics
+// RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition --polymesh-exchange-to-cuda -split-input-file -verify-diagnostics
 
 // The CUDA target moves and places data (exchanges, dense constants, fills
 // of a constant, reshapes); an op that computes would need kernels of its

@@ -152,13 +152,62 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
   ];
 }
 
+def PolymeshExchangeToCuda
+    : Pass<"polymesh-exchange-to-cuda", "mlir::ModuleOp"> {
+  let summary = "Rewrites each partitioned function into a host function "
+                "over device pointers: kernel launches and NCCL calls";
+  let description = [{
+    The first stage of `--polymesh-lower-to-cuda`, on its own so that its
+    output can be read and tested before LLVM. It is a dialect conversion:
+    a type converter maps each tile (a statically shaped tensor of
+    integers or floats) to a device pointer, `!llvm.ptr`, and partition's
+    tables of tile offsets to `memref<...xi64>` globals; one
+    `OpConversionPattern` per op kind rewrites a partitioned function's
+    ops, with every op on tensors in a partitioned function illegal:
+
+    * `func.func`: the host function `(runtime, device, position, input
+      pointers..., result pointers...)` with `llvm.emit_c_interface`, and
+      a prologue that gets the device's stream
+      (`polymesh_rt_cuda_stream`) and the communicator of the program's
+      devices (`polymesh_rt_nccl_comm`);
+    * `polymesh.exchange`: the device's share of its plan from the plan's
+      tables (as for the CPU), copy rows as `gpu.launch_func` of generated
+      kernels, communication as NCCL calls;
+    * dense constants, `linalg.fill` of a constant and `tensor.empty`:
+      fill kernels and uploads; `tensor.extract` of an offset table and
+      `tensor.extract_slice` of a constant: a load and a strided copy
+      kernel; `tensor.expand_shape`/`collapse_shape`: the same pointer;
+    * `func.return`: copies into the caller's buffers that were not
+      written in place, a stream synchronization, and frees.
+
+    Kernels are created as the patterns ask for them, in
+    `gpu.module @polymesh_kernels` with an NVVM target (`chip`,
+    `features`). Plans, meshes and other functions are left for
+    `--polymesh-lower-to-cuda`'s later stages. A function the target
+    cannot lower is refused, with a diagnostic at its op, before the
+    conversion starts (`--polymesh-lower-to-cuda` describes what it
+    lowers).
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", /*default=*/"\"sm_90\"",
+           "NVVM target chip of the kernels: an NVPTX processor (sm_NN, "
+           "sm_NNa, sm_NNf)">,
+    Option<"features", "features", "std::string", /*default=*/"\"+ptx80\"",
+           "NVPTX features: one PTX version, +ptxNN, that the chip "
+           "accepts (sm_90: +ptx78 or newer)">,
+  ];
+}
+
 def PolymeshLowerToCuda : Pass<"polymesh-lower-to-cuda", "mlir::ModuleOp"> {
   let summary = "Lowers partitioned data movement and placement to PTX "
                 "kernels and NCCL calls on the host";
   let description = [{
     Runs after `--polymesh-partition`; the plan ops are the same as for the
     CPU, and so are the tables (`--polymesh-lower-to-cpu` describes them).
-    What differs:
+    Its first stage is `--polymesh-exchange-to-cuda`, a dialect conversion;
+    then plans and meshes are dropped and upstream passes lower host code
+    and kernels to the LLVM dialect and the kernels to PTX. What differs
+    from the CPU:
 
     * **Buffers are GPU memory.** Each partitioned function becomes a host
       function `(runtime, device, position, input pointers..., result
@@ -209,7 +258,7 @@ def PolymeshLowerToCuda : Pass<"polymesh-lower-to-cuda", "mlir::ModuleOp"> {
     the features exactly one of its PTX versions, `+ptxNN`, at least the
     oldest that supports the chip (sm_90: `+ptx78`; sm_90a: `+ptx80`;
     sm_100: `+ptx86`). The minimum versions are a table in
-    `LowerToCuda.cpp` (LLVM keeps them where a version that is too old is a
+    `CudaKernels.cpp` (LLVM keeps them where a version that is too old is a
     fatal error). The host side is left in
     the LLVM dialect with `gpu.launch_func` on a `gpu.binary`;
     `polymesh-translate --mlir-to-llvmir` turns it into LLVM IR whose
