@@ -25,9 +25,12 @@
 # batch-min-devices=N (0: no batched plans, each reshard planned whole, as
 # before they existed; docs/planner.md, "Batched plans").
 #
+# With REDUCTION_PIECES=0, reductions are written out as every transfer
+# instead of their pieces (reduction-pieces=false; docs/planner.md).
+#
 # Environment: REPS=5, TIMEOUT=300, LIMIT_MIB=16384, BUILD_DIR=build,
 # POLYMESH_OPT, KEEP_DIR (keep the programs and outputs there),
-# PROCESS_DEVICES, BATCH_MIN_DEVICES.
+# PROCESS_DEVICES, BATCH_MIN_DEVICES, REDUCTION_PIECES.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -44,9 +47,17 @@ if [ -n "${PROCESS_DEVICES:-}" ]; then
   own=" devices=$(seq -s, 0 $((PROCESS_DEVICES - 1)))"
 fi
 plan_pass=--polymesh-plan
+plan_options=""
 if [ -n "${BATCH_MIN_DEVICES:-}" ]; then
-  plan_pass="--polymesh-plan=batch-min-devices=$BATCH_MIN_DEVICES"
+  plan_options="batch-min-devices=$BATCH_MIN_DEVICES"
   own="$own batch-min-devices=$BATCH_MIN_DEVICES"
+fi
+if [ "${REDUCTION_PIECES:-1}" = 0 ]; then
+  plan_options="${plan_options:+$plan_options }reduction-pieces=false"
+  own="$own reduction-pieces=false"
+fi
+if [ -n "$plan_options" ]; then
+  plan_pass="--polymesh-plan=$plan_options"
 fi
 
 if [ ! -x "$polymesh_opt" ]; then

@@ -31,6 +31,11 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Plan one cell of reshards over at least this many "
                      "devices that repeat over mesh axes (0: never)"),
       llvm::cl::init(1024)};
+  Option<bool> reductionPieces{
+      *this, "reduction-pieces",
+      llvm::cl::desc("Write reductions as their pieces where those determine "
+                     "their transfers (false: every transfer)"),
+      llvm::cl::init(true)};
   ListOption<int64_t> devices{
       *this, "devices",
       llvm::cl::desc("Partition and lower for these devices only (one "
@@ -78,6 +83,7 @@ void polymesh::registerPolymeshPipelines() {
         PolymeshPlanOptions plan;
         plan.memoryLimitBytes = options.memoryLimitBytes;
         plan.batchMinDevices = options.batchMinDevices;
+        plan.reductionPieces = options.reductionPieces;
         pm.addPass(createPolymeshPlan(plan));
         PolymeshPartitionOptions partition;
         partition.devices.assign(options.devices.begin(),

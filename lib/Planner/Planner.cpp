@@ -756,34 +756,12 @@ absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
     if (n < 2 || box.empty())
       continue;
     piecesOf(members, box, pieces, owners);
-    Step step{phase.kind, 0, members, {}};
-    for (int64_t member : members)
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        if (owners[i] == member)
-          continue;
-        step.transfers.push_back({member,
-                                  {owners[i]},
-                                  pieces[i],
-                                  pieces[i].numElements() * elementBytes,
-                                  BufferKind::Source,
-                                  BufferKind::Source,
-                                  /*accumulate=*/true,
-                                  /*phase=*/0});
-      }
+    Step step{phase.kind, 0, members,
+              expandReductionPieces(phase.kind, members, {owners, pieces},
+                                    elementBytes)};
     phase.lowerBoundElements += (n - 1) * box.numElements();
-    if (phase.kind == StepKind::AllReduce) {
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        std::vector<int64_t> others;
-        for (int64_t member : members)
-          if (member != owners[i])
-            others.push_back(member);
-        step.transfers.push_back({owners[i], std::move(others), pieces[i],
-                                  pieces[i].numElements() * elementBytes,
-                                  BufferKind::Source, BufferKind::Source,
-                                  /*accumulate=*/false, /*phase=*/1});
-      }
+    if (phase.kind == StepKind::AllReduce)
       phase.lowerBoundElements += (n - 1) * box.numElements();
-    }
     phase.steps.push_back(std::move(step));
   }
   return phase;

@@ -43,6 +43,91 @@ namespace {
 bool recomputeWithIndex(TransferPlan &plan, const DeviceIndex &index);
 } // namespace
 
+std::vector<Transfer> expandReductionPieces(StepKind kind,
+                                            const std::vector<int64_t> &devices,
+                                            const ReductionPieces &pieces,
+                                            int64_t elementBytes) {
+  std::vector<Transfer> transfers;
+  size_t count = pieces.owners.size();
+  for (int64_t member : devices)
+    for (size_t i = 0; i < count; ++i) {
+      if (pieces.owners[i] == member)
+        continue;
+      const Box &piece = pieces.pieces[i];
+      transfers.push_back({member,
+                           {pieces.owners[i]},
+                           piece,
+                           piece.numElements() * elementBytes,
+                           BufferKind::Source,
+                           BufferKind::Source,
+                           /*accumulate=*/true,
+                           /*phase=*/0});
+    }
+  if (kind != StepKind::AllReduce)
+    return transfers;
+  for (size_t i = 0; i < count; ++i) {
+    std::vector<int64_t> others;
+    for (int64_t member : devices)
+      if (member != pieces.owners[i])
+        others.push_back(member);
+    const Box &piece = pieces.pieces[i];
+    transfers.push_back({pieces.owners[i], std::move(others), piece,
+                         piece.numElements() * elementBytes,
+                         BufferKind::Source, BufferKind::Source,
+                         /*accumulate=*/false, /*phase=*/1});
+  }
+  return transfers;
+}
+
+namespace {
+bool sameTransfer(const Transfer &a, const Transfer &b) {
+  return a.srcDevice == b.srcDevice && a.dstDevices == b.dstDevices &&
+         a.box.lo == b.box.lo && a.box.hi == b.box.hi && a.bytes == b.bytes &&
+         a.srcBuffer == b.srcBuffer && a.dstBuffer == b.dstBuffer &&
+         a.accumulate == b.accumulate && a.phase == b.phase;
+}
+} // namespace
+
+std::optional<ReductionPieces> findReductionPieces(const Step &step,
+                                                   int64_t elementBytes) {
+  if (step.kind != StepKind::AllReduce && step.kind != StepKind::ReduceScatter)
+    return std::nullopt;
+  // Every member sends every piece it does not own, so the pieces are what
+  // the first member sends plus what it owns, in the owners' order: read
+  // them off the phase-0 transfers of the first two senders.
+  ReductionPieces found;
+  if (step.devices.size() < 2 || step.transfers.empty())
+    return std::nullopt;
+  int64_t first = step.devices[0], second = step.devices[1];
+  for (const Transfer &transfer : step.transfers) {
+    if (transfer.phase != 0 || transfer.dstDevices.size() != 1)
+      break;
+    int64_t owner = transfer.dstDevices.front();
+    if (transfer.srcDevice == first) {
+      found.owners.push_back(owner);
+      found.pieces.push_back(transfer.box);
+    } else if (transfer.srcDevice == second && owner == first) {
+      // The piece the first member owns, in its place among the owners.
+      auto at = std::find_if(
+          found.owners.begin(), found.owners.end(),
+          [&](int64_t other) { return other > first; });
+      size_t index = at - found.owners.begin();
+      found.owners.insert(at, owner);
+      found.pieces.insert(found.pieces.begin() + index, transfer.box);
+    } else if (transfer.srcDevice != second) {
+      break;
+    }
+  }
+  std::vector<Transfer> expected =
+      expandReductionPieces(step.kind, step.devices, found, elementBytes);
+  if (expected.size() != step.transfers.size())
+    return std::nullopt;
+  for (size_t i = 0; i < expected.size(); ++i)
+    if (!sameTransfer(expected[i], step.transfers[i]))
+      return std::nullopt;
+  return found;
+}
+
 void recomputePlanStats(TransferPlan &plan) {
   // Number the devices from the steps' participant lists, which are much
   // shorter than the transfers' endpoint lists; a hand-made step whose list

@@ -61,11 +61,31 @@ TransferStepKind toStepKind(planner::StepKind kind) {
   llvm_unreachable("unknown step kind");
 }
 
-ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan) {
+/// The plan's steps as attributes; with `reductionPieces`, reductions as
+/// their pieces where those determine them.
+ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan,
+                      bool reductionPieces) {
   SmallVector<Attribute> steps;
   steps.reserve(plan.steps.size());
   for (const planner::Step &step : plan.steps) {
     SmallVector<BoxTransferAttr> transfers;
+    SmallVector<int64_t> owners, corners;
+    // A reduction is written as its pieces where they determine its
+    // transfers: n pieces for a group of n instead of about n^2 transfers.
+    std::optional<planner::ReductionPieces> pieces;
+    if (reductionPieces)
+      pieces = planner::findReductionPieces(step, plan.elementBytes);
+    if (pieces) {
+      owners.assign(pieces->owners.begin(), pieces->owners.end());
+      for (const planner::Box &piece : pieces->pieces) {
+        corners.append(piece.lo.begin(), piece.lo.end());
+        corners.append(piece.hi.begin(), piece.hi.end());
+      }
+      steps.push_back(TransferStepAttr::get(context, toStepKind(step.kind),
+                                            step.chunk, step.devices,
+                                            transfers, owners, corners));
+      continue;
+    }
     transfers.reserve(step.transfers.size());
     for (const planner::Transfer &transfer : step.transfers)
       transfers.push_back(BoxTransferAttr::get(
@@ -75,7 +95,8 @@ ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan) {
           transfer.dstBuffer == planner::BufferKind::Source,
           transfer.accumulate, transfer.phase));
     steps.push_back(TransferStepAttr::get(context, toStepKind(step.kind),
-                                          step.chunk, step.devices, transfers));
+                                          step.chunk, step.devices, transfers,
+                                          owners, corners));
   }
   return ArrayAttr::get(context, steps);
 }
@@ -362,7 +383,7 @@ private:
     OpBuilder builder(reshard);
     auto transfer = TransferOp::create(
         builder, reshard.getLoc(), type, input, source, destination,
-        toStepsAttr(reshard.getContext(), **plan),
+        toStepsAttr(reshard.getContext(), **plan, reductionPieces),
         batch ? toBatchAttr(reshard.getContext(), batch->axes) : ArrayAttr());
     reshard.replaceAllUsesWith(transfer.getResult());
     reshard.erase();

@@ -286,3 +286,105 @@ func.func @batch_negative_dim(%x: tensor<8xf32>) -> tensor<8xf32> {
   ] : tensor<8xf32>
   return %0 : tensor<8xf32>
 }
+
+// -----
+
+// Symbolic reductions: pieces only on reduction steps, owners among the
+// participants and distinct, corners of the tensor's rank, and every
+// member holding each piece (checked on the transfers they stand for).
+polymesh.mesh @m = <["a"=2]>
+
+func.func @pieces_on_a_broadcast(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{step #0 (broadcast): only all_reduce and reduce_scatter steps are written as pieces}}
+  %0 = polymesh.transfer %x <@m, [{}], unreduced={"a"}> -> <@m, [{}]> steps [
+    broadcast chunk 0 devices [0, 1] pieces {0: [0] : [2]} {1: [2] : [4]}
+  ] : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=2]>
+
+func.func @owner_outside(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{step #0 (all_reduce): piece owner 3 is not a participant of the step}}
+  %0 = polymesh.transfer %x <@m, [{}], unreduced={"a"}> -> <@m, [{}]> steps [
+    all_reduce chunk 0 devices [0, 1] pieces {0: [0] : [2]} {3: [2] : [4]}
+  ] : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=2]>
+
+func.func @owner_twice(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{step #0 (reduce_scatter): device 1 owns two pieces}}
+  %0 = polymesh.transfer %x <@m, [{}], unreduced={"a"}> -> <@m, [{"a"}]> steps [
+    reduce_scatter chunk 0 devices [0, 1] pieces {1: [0] : [2]} {1: [2] : [4]}
+  ] : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=2]>
+
+func.func @piece_rank(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{step #0 (all_reduce): pieces have rank 2 but the tensor has rank 1}}
+  %0 = polymesh.transfer %x <@m, [{}], unreduced={"a"}> -> <@m, [{}]> steps [
+    all_reduce chunk 0 devices [0, 1] pieces {0: [0, 0] : [2, 1]} {1: [2, 0] : [4, 1]}
+  ] : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=2]>
+
+func.func @piece_outside(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{step #0 (all_reduce): its pieces' transfer #0: box [2, 6) of dimension 0 is empty or outside [0, 4)}}
+  %0 = polymesh.transfer %x <@m, [{}], unreduced={"a"}> -> <@m, [{}]> steps [
+    all_reduce chunk 0 devices [0, 1] pieces {0: [0] : [2]} {1: [2] : [6]}
+  ] : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+// A member that does not hold the piece in its source buffer: the group's
+// box is its rows, not the whole tensor.
+polymesh.mesh @m22 = <["a"=2, "b"=2]>
+
+func.func @piece_not_held(%x: tensor<4xf32>) -> tensor<4xf32> {
+  // expected-error @+1 {{step #0 (all_reduce): its pieces' transfer #0: sender 0 does not hold the box in its source buffer}}
+  %0 = polymesh.transfer %x <@m22, [{"a"}], unreduced={"b"}> -> <@m22, [{"a"}]> steps [
+    all_reduce chunk 0 devices [0, 1] pieces {0: [1] : [2]} {1: [2] : [3]}
+  ] : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=2]>
+
+func.func @no_pieces(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = polymesh.transfer %x <@m, [{}], unreduced={"a"}> -> <@m, [{}]> steps [
+    // The error is at the token after `pieces`.
+    // expected-error @+2 {{expected at least one piece, '{owner: [lo] : [hi]}'}}
+    all_reduce chunk 0 devices [0, 1] pieces
+  ] : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=2]>
+
+func.func @piece_corners(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = polymesh.transfer %x <@m, [{}], unreduced={"a"}> -> <@m, [{}]> steps [
+    // expected-error @+1 {{piece corners have ranks 1 and 2}}
+    all_reduce chunk 0 devices [0, 1] pieces {0: [0] : [2, 1]}
+  ] : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}

@@ -43,6 +43,30 @@ func.func @all_reduce(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %0 : tensor<4xf32>
 }
 
+// Symbolic reductions: the pieces and their owners stand for the
+// transfers (an all-reduce over 4 members: 4 pieces for 16 transfers); a
+// rank-0 tensor's pieces are empty corners.
+polymesh.mesh @r4 = <["r"=4], device_ids=[7, 2, 5, 0]>
+
+// CHECK-LABEL: func.func @symbolic
+// CHECK: all_reduce chunk 0 devices [0, 2, 5, 7] pieces {0: [0, 0] : [2, 3]} {2: [2, 0] : [4, 3]} {5: [4, 0] : [6, 3]} {7: [6, 0] : [8, 3]},
+// CHECK-NEXT: local_copy chunk 1 devices [0, 2, 5, 7]
+// CHECK: reduce_scatter chunk 0 devices [0, 2, 5, 7] pieces {7: [0, 0] : [2, 3]} {2: [2, 0] : [4, 3]} {5: [4, 0] : [6, 3]} {0: [6, 0] : [8, 3]}
+// CHECK: all_reduce chunk 0 devices [0, 2, 5, 7] pieces {0: [] : []}
+func.func @symbolic(%x: tensor<8x3xf32>, %s: tensor<f32>) -> (tensor<8x3xf32>, tensor<8x3xf32>, tensor<f32>) {
+  %0 = polymesh.transfer %x <@r4, [{}, {}], unreduced={"r"}> -> <@r4, [{}, {}]> steps [
+    all_reduce chunk 0 devices [0, 2, 5, 7] pieces {0: [0, 0] : [2, 3]} {2: [2, 0] : [4, 3]} {5: [4, 0] : [6, 3]} {7: [6, 0] : [8, 3]},
+    local_copy chunk 1 devices [0, 2, 5, 7] {0 -> [0], [0, 0] : [8, 3], into_source} {2 -> [2], [0, 0] : [8, 3], into_source} {5 -> [5], [0, 0] : [8, 3], into_source} {7 -> [7], [0, 0] : [8, 3], into_source}
+  ] : tensor<8x3xf32>
+  %1 = polymesh.transfer %x <@r4, [{}, {}], unreduced={"r"}> -> <@r4, [{"r"}, {}]> steps [
+    reduce_scatter chunk 0 devices [0, 2, 5, 7] pieces {7: [0, 0] : [2, 3]} {2: [2, 0] : [4, 3]} {5: [4, 0] : [6, 3]} {0: [6, 0] : [8, 3]}
+  ] : tensor<8x3xf32>
+  %2 = polymesh.transfer %s <@r4, [], unreduced={"r"}> -> <@r4, []> steps [
+    all_reduce chunk 0 devices [0, 2, 5, 7] pieces {0: [] : []}
+  ] : tensor<f32>
+  return %0, %1, %2 : tensor<8x3xf32>, tensor<8x3xf32>, tensor<f32>
+}
+
 // A batched plan: the steps of cell 0, repeated over "a" (rows) and "b"
 // (no dimension). Cell 0 is devices 0 and 1 of @g.
 polymesh.mesh @g = <["a"=2, "b"=2, "c"=2]>

@@ -34,8 +34,7 @@ func.func @gather_fsdp(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.shar
 // CHECK-LABEL: func.func @reduce_dp
 // CHECK: polymesh.transfer %arg0 <@pod, [{"fsdp"}, {"tp"}], unreduced={"dp"}> -> <@pod, [{"fsdp"}, {"tp"}]>
 // CHECK-SAME: batch [#polymesh.batch_axis<"fsdp" -> "fsdp", dim = 0>, #polymesh.batch_axis<"tp" -> "tp", dim = 1>] steps [
-// CHECK-NEXT: all_reduce chunk 0 devices [0, 8, 16, 24] {0 -> [8], [4, 0] : [8, 24], into_source, accumulate}
-// CHECK-SAME: {24 -> [0, 8, 16], [12, 0] : [16, 24], into_source, phase = 1},
+// CHECK-NEXT: all_reduce chunk 0 devices [0, 8, 16, 24] pieces {0: [0, 0] : [4, 24]} {8: [4, 0] : [8, 24]} {16: [8, 0] : [12, 24]} {24: [12, 0] : [16, 24]},
 // CHECK-NEXT: local_copy chunk 1 devices [0, 8, 16, 24] {0 -> [0], [0, 0] : [16, 24]} {8 -> [8], [0, 0] : [16, 24]} {16 -> [16], [0, 0] : [16, 24]} {24 -> [24], [0, 0] : [16, 24]}
 // CHECK-NEXT: ] : tensor<64x48xf32>
 // STATS: "function": "reduce_dp"

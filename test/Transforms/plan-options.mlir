@@ -210,9 +210,7 @@ func.func @reduce(%x: tensor<16xf32> {polymesh.sharding = #polymesh.sharding<@re
 // REPARSE-LABEL: func.func @gather
 // REPARSE: all_gather chunk 0 devices [2, 3] {2 -> [3], [0] : [4]} {3 -> [2], [4] : [8]}
 // REPARSE-LABEL: func.func @reduce
-// REPARSE: all_reduce chunk 0 devices [0, 1]
-// REPARSE-SAME: {0 -> [1], [8] : [16], into_source, accumulate} {1 -> [0], [0] : [8], into_source, accumulate}
-// REPARSE-SAME: {0 -> [1], [0] : [8], into_source, phase = 1} {1 -> [0], [8] : [16], into_source, phase = 1},
+// REPARSE: all_reduce chunk 0 devices [0, 1] pieces {0: [0] : [8]} {1: [8] : [16]},
 // REPARSE-NEXT: local_copy chunk 1 devices [0, 1] {0 -> [0], [0] : [16]} {1 -> [1], [0] : [16]}
 
 // REPARSE-LIMIT-LABEL: func.func @restore

@@ -298,16 +298,13 @@ func.func @chain(%x: tensor<8x8xf32> {polymesh.sharding = #polymesh.sharding<@m,
 
 polymesh.mesh @m = <["a"=2, "b"=2]>
 
-// Unreduced -> replicated: an all-reduce per group. Phase 0 reduces each
-// half onto its owner, phase 1 copies the reduced halves back.
+// Unreduced -> replicated: an all-reduce per group, written as its pieces.
+// Phase 0 reduces each half onto its owner (device 0 keeps [0, 4), device
+// 2 [4, 8)), phase 1 copies the reduced halves back.
 // CHECK-LABEL: func.func @all_reduce
 // CHECK: polymesh.transfer %arg0 <@m, [{}], unreduced={"a"}> -> <@m, [{}]> steps [
-// CHECK-NEXT: all_reduce chunk 0 devices [0, 2]
-// CHECK-SAME:   {0 -> [2], [4] : [8], into_source, accumulate} {2 -> [0], [0] : [4], into_source, accumulate}
-// CHECK-SAME:   {0 -> [2], [0] : [4], into_source, phase = 1} {2 -> [0], [4] : [8], into_source, phase = 1},
-// CHECK-NEXT: all_reduce chunk 0 devices [1, 3]
-// CHECK-SAME:   {1 -> [3], [4] : [8], into_source, accumulate} {3 -> [1], [0] : [4], into_source, accumulate}
-// CHECK-SAME:   {1 -> [3], [0] : [4], into_source, phase = 1} {3 -> [1], [4] : [8], into_source, phase = 1},
+// CHECK-NEXT: all_reduce chunk 0 devices [0, 2] pieces {0: [0] : [4]} {2: [4] : [8]},
+// CHECK-NEXT: all_reduce chunk 0 devices [1, 3] pieces {1: [0] : [4]} {3: [4] : [8]},
 // CHECK-NEXT: local_copy chunk 1 devices [0, 1, 2, 3] {0 -> [0], [0] : [8]} {1 -> [1], [0] : [8]} {2 -> [2], [0] : [8]} {3 -> [3], [0] : [8]}
 // CHECK-NEXT: ] : tensor<8xf32>
 func.func @all_reduce(%x: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}], unreduced={"a"}>}) -> tensor<8xf32> {
@@ -319,8 +316,8 @@ func.func @all_reduce(%x: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<
 // member receiving only the half it keeps.
 // CHECK-LABEL: func.func @reduce_scatter
 // CHECK: polymesh.transfer %arg0 <@m, [{}], unreduced={"a"}> -> <@m, [{"a"}]> steps [
-// CHECK-NEXT: reduce_scatter chunk 0 devices [0, 2] {0 -> [2], [4] : [8], into_source, accumulate} {2 -> [0], [0] : [4], into_source, accumulate},
-// CHECK-NEXT: reduce_scatter chunk 0 devices [1, 3] {1 -> [3], [4] : [8], into_source, accumulate} {3 -> [1], [0] : [4], into_source, accumulate},
+// CHECK-NEXT: reduce_scatter chunk 0 devices [0, 2] pieces {0: [0] : [4]} {2: [4] : [8]},
+// CHECK-NEXT: reduce_scatter chunk 0 devices [1, 3] pieces {1: [0] : [4]} {3: [4] : [8]},
 // CHECK-NEXT: local_copy chunk 1 devices [0, 1, 2, 3] {0 -> [0], [0] : [4]} {1 -> [1], [0] : [4]} {2 -> [2], [4] : [8]} {3 -> [3], [4] : [8]}
 // CHECK-NEXT: ] : tensor<8xf32>
 func.func @reduce_scatter(%x: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}], unreduced={"a"}>}) -> tensor<8xf32> {
@@ -332,11 +329,7 @@ func.func @reduce_scatter(%x: tensor<8xf32> {polymesh.sharding = #polymesh.shard
 // reduce-scatter over all four devices. Device 2a + b keeps block 2b + a.
 // CHECK-LABEL: func.func @reduce_scatter_two_axes
 // CHECK: polymesh.transfer %arg0 <@m, [{}], unreduced={"a", "b"}> -> <@m, [{"b", "a"}]> steps [
-// CHECK-NEXT: reduce_scatter chunk 0 devices [0, 1, 2, 3]
-// CHECK-SAME:   {0 -> [1], [4] : [6], into_source, accumulate} {0 -> [2], [2] : [4], into_source, accumulate} {0 -> [3], [6] : [8], into_source, accumulate}
-// CHECK-SAME:   {1 -> [0], [0] : [2], into_source, accumulate} {1 -> [2], [2] : [4], into_source, accumulate} {1 -> [3], [6] : [8], into_source, accumulate}
-// CHECK-SAME:   {2 -> [0], [0] : [2], into_source, accumulate} {2 -> [1], [4] : [6], into_source, accumulate} {2 -> [3], [6] : [8], into_source, accumulate}
-// CHECK-SAME:   {3 -> [0], [0] : [2], into_source, accumulate} {3 -> [1], [4] : [6], into_source, accumulate} {3 -> [2], [2] : [4], into_source, accumulate},
+// CHECK-NEXT: reduce_scatter chunk 0 devices [0, 1, 2, 3] pieces {0: [0] : [2]} {1: [4] : [6]} {2: [2] : [4]} {3: [6] : [8]},
 // CHECK-NEXT: local_copy chunk 1 devices [0, 1, 2, 3] {0 -> [0], [0] : [2]} {2 -> [2], [2] : [4]} {1 -> [1], [4] : [6]} {3 -> [3], [6] : [8]}
 // CHECK-NEXT: ] : tensor<8xf32>
 func.func @reduce_scatter_two_axes(%x: tensor<8xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}], unreduced={"a", "b"}>}) -> tensor<8xf32> {
@@ -348,12 +341,8 @@ func.func @reduce_scatter_two_axes(%x: tensor<8xf32> {polymesh.sharding = #polym
 // "a" within each "b" tile, then all-gather over "b".
 // CHECK-LABEL: func.func @all_reduce_then_all_gather
 // CHECK: polymesh.transfer %arg0 <@m, [{"b"}], unreduced={"a"}> -> <@m, [{}]> steps [
-// CHECK-NEXT: all_reduce chunk 0 devices [0, 2]
-// CHECK-SAME:   {0 -> [2], [2] : [4], into_source, accumulate} {2 -> [0], [0] : [2], into_source, accumulate}
-// CHECK-SAME:   {0 -> [2], [0] : [2], into_source, phase = 1} {2 -> [0], [2] : [4], into_source, phase = 1},
-// CHECK-NEXT: all_reduce chunk 0 devices [1, 3]
-// CHECK-SAME:   {1 -> [3], [6] : [8], into_source, accumulate} {3 -> [1], [4] : [6], into_source, accumulate}
-// CHECK-SAME:   {1 -> [3], [4] : [6], into_source, phase = 1} {3 -> [1], [6] : [8], into_source, phase = 1},
+// CHECK-NEXT: all_reduce chunk 0 devices [0, 2] pieces {0: [0] : [2]} {2: [2] : [4]},
+// CHECK-NEXT: all_reduce chunk 0 devices [1, 3] pieces {1: [4] : [6]} {3: [6] : [8]},
 // CHECK-NEXT: local_copy chunk 1 devices [0, 1, 2, 3] {0 -> [0], [0] : [4]} {2 -> [2], [0] : [4]} {1 -> [1], [4] : [8]} {3 -> [3], [4] : [8]},
 // CHECK-NEXT: all_gather chunk 1 devices [0, 1] {0 -> [1], [0] : [4]} {1 -> [0], [4] : [8]},
 // CHECK-NEXT: all_gather chunk 1 devices [2, 3] {2 -> [3], [0] : [4]} {3 -> [2], [4] : [8]}

@@ -86,7 +86,8 @@ int64_t plainLowerBound(const TensorLayout &source,
 TEST(TransferPlannerProperty, RandomReshards) {
   constexpr int kCases = 12000;
   SplitMix64 rng(0x9013e5);
-  int limited = 0, chunked = 0, reductions = 0, identities = 0;
+  int limited = 0, chunked = 0, reductions = 0, identities = 0, symbolic = 0,
+      unlimitedReductions = 0;
   std::array<int64_t, kNumStepKinds> kinds{};
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kCases; ++i) {
@@ -130,6 +131,23 @@ TEST(TransferPlannerProperty, RandomReshards) {
     if (c.source.isDeviceEquivalent(c.destination)) {
       ASSERT_TRUE(plan->steps.empty());
     }
+    // Without a memory limit every reduction step has a symbolic form (its
+    // pieces), which is what --polymesh-plan writes; a limit may split the
+    // pieces across chunks, and such steps stay written out. Either way a
+    // symbolic form found expands to exactly the step's transfers
+    // (findReductionPieces compares them).
+    for (const Step &step : plan->steps) {
+      if (step.kind != StepKind::AllReduce &&
+          step.kind != StepKind::ReduceScatter)
+        continue;
+      std::optional<ReductionPieces> pieces =
+          findReductionPieces(step, c.elementBytes);
+      if (c.options.memoryLimitBytes == 0) {
+        ASSERT_TRUE(pieces.has_value()) << formatPlan(*plan);
+        ++unlimitedReductions;
+      }
+      symbolic += pieces.has_value();
+    }
   }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -137,7 +155,8 @@ TEST(TransferPlannerProperty, RandomReshards) {
   std::cout << "[property] " << kCases << " reshards in " << seconds
             << " s: " << limited << " under a memory limit, " << chunked
             << " in more than two chunks, " << reductions << " reducing, "
-            << identities << " identity;";
+            << identities << " identity, " << symbolic
+            << " symbolic reductions;";
   for (int k = 0; k < kNumStepKinds; ++k)
     std::cout << " " << stepKindName(static_cast<StepKind>(k)) << "="
               << kinds[k];
@@ -146,6 +165,8 @@ TEST(TransferPlannerProperty, RandomReshards) {
   EXPECT_GT(limited, kCases / 5);
   EXPECT_GT(reductions, kCases / 20);
   EXPECT_GT(chunked, kCases / 20);
+  EXPECT_GT(unlimitedReductions, kCases / 20);
+  EXPECT_GE(symbolic, unlimitedReductions);
   for (int k = 0; k < kNumStepKinds; ++k)
     EXPECT_GT(kinds[k], 0) << stepKindName(static_cast<StepKind>(k));
 }

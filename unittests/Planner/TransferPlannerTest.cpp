@@ -349,6 +349,44 @@ TEST(TransferPlanner, UnreducedToReplicatedIsAllReduce) {
   EXPECT_EQ(plan.reshardLowerBoundBytes, 0);
 }
 
+TEST(TransferPlanner, ReductionStepsAreTheirPiecesExpanded) {
+  // An all-reduce over 4 members: 4 pieces (rows 2 each) instead of 12
+  // phase-0 and 4 phase-1 transfers.
+  Mesh mesh = makeMesh({{"a", 2}, {"b", 4}});
+  TensorLayout src = layout(mesh, {{"a"}, {}}, {8, 8}, {"b"});
+  TensorLayout dst = layout(mesh, {{"a"}, {}}, {8, 8});
+  TransferPlan plan = planAndCheck(src, dst);
+  const Step &step = *stepsOf(plan, StepKind::AllReduce).front();
+  ASSERT_EQ(step.transfers.size(), 16u);
+  std::optional<ReductionPieces> pieces = findReductionPieces(step, 4);
+  ASSERT_TRUE(pieces.has_value());
+  EXPECT_EQ(pieces->owners, step.devices);
+  ASSERT_EQ(pieces->pieces.size(), 4u);
+  EXPECT_EQ(pieces->pieces[1].lo, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(pieces->pieces[1].hi, (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(
+      expandReductionPieces(step.kind, step.devices, *pieces, 4).size(), 16u);
+
+  // A reduce-scatter's pieces are the reduced layout's tiles.
+  TensorLayout scattered = layout(mesh, {{"a", "b"}, {}}, {8, 8});
+  TransferPlan scatter = planAndCheck(src, scattered);
+  for (const Step *reduce : stepsOf(scatter, StepKind::ReduceScatter))
+    EXPECT_TRUE(findReductionPieces(*reduce, 4).has_value());
+
+  // Transfers of another shape or order have no symbolic form.
+  Step reordered = step;
+  std::swap(reordered.transfers[0], reordered.transfers[1]);
+  EXPECT_FALSE(findReductionPieces(reordered, 4).has_value());
+  Step partial = step;
+  partial.transfers.pop_back();
+  EXPECT_FALSE(findReductionPieces(partial, 4).has_value());
+  Step wrongBytes = step;
+  EXPECT_FALSE(findReductionPieces(wrongBytes, 2).has_value());
+  Step notReduction = step;
+  notReduction.kind = StepKind::AllToAll;
+  EXPECT_FALSE(findReductionPieces(notReduction, 4).has_value());
+}
+
 TEST(TransferPlanner, UnreducedAcrossMeshesReducesThenMoves) {
   Mesh mesh = makeMesh({{"a", 2}, {"b", 2}});
   Mesh other = makeMesh({{"x", 4}}, range(4, 8));

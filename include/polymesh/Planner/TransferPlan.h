@@ -177,6 +177,30 @@ struct TransferPlan {
   }
 };
 
+/// A reduction step (AllReduce or ReduceScatter) in its symbolic form: the
+/// pieces of the group's box and the member each is summed onto, in the
+/// order of `owners`. Its transfers follow from them
+/// (expandReductionPieces), so a plan stores O(members) numbers per group
+/// instead of O(members^2) transfers.
+struct ReductionPieces {
+  std::vector<int64_t> owners;
+  std::vector<Box> pieces;
+};
+
+/// The transfers of a reduction step over `devices` (sorted): phase 0, every
+/// member (in `devices` order) sends each piece it does not own to its
+/// owner, which adds it into its source buffer; an AllReduce then (phase 1)
+/// sends each reduced piece from its owner to every other member.
+std::vector<Transfer> expandReductionPieces(StepKind kind,
+                                            const std::vector<int64_t> &devices,
+                                            const ReductionPieces &pieces,
+                                            int64_t elementBytes);
+/// The symbolic form of `step`: the pieces whose expansion is exactly its
+/// transfers, in order, or nullopt (another kind, or transfers of another
+/// shape).
+std::optional<ReductionPieces> findReductionPieces(const Step &step,
+                                                   int64_t elementBytes);
+
 /// Recomputes bytesMoved, send/recv/peak totals, per-device stats, step
 /// counts and numChunks from `plan.steps`.
 void recomputePlanStats(TransferPlan &plan);

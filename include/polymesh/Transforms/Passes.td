@@ -172,6 +172,11 @@ def PolymeshPlan : Pass<"polymesh-plan", "mlir::ModuleOp"> {
       with `batch` (see `polymesh.transfer`), so that planning time and IR
       grow with one cell, not with the pod. The expanded plan is the same
       kind of plan, bytes-optimal for the whole reshard.
+    * `reduction-pieces` (default true): write each all-reduce and
+      reduce-scatter whose transfers follow from its pieces as those pieces
+      (`pieces {owner: lo : hi}...`, see `polymesh.transfer`): n numbers
+      per group of n members instead of about n^2 transfers. False writes
+      every transfer out.
   }];
   let dependentDialects = ["::polymesh::PolymeshDialect"];
   let options = [
@@ -188,6 +193,9 @@ def PolymeshPlan : Pass<"polymesh-plan", "mlir::ModuleOp"> {
            /*default=*/"1024",
            "Plan one cell of reshards that repeat over mesh axes when their "
            "meshes have at least this many devices (0: never)">,
+    Option<"reductionPieces", "reduction-pieces", "bool", /*default=*/"true",
+           "Write reductions as their pieces where those determine their "
+           "transfers (false: every transfer)">,
   ];
 }
 

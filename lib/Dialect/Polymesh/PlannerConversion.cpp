@@ -95,8 +95,7 @@ polymesh::toTensorLayout(function_ref<InFlightDiagnostic()> emitError,
 // Transfer ops to planner plans
 //===----------------------------------------------------------------------===//
 
-namespace {
-planner::StepKind toPlannerStepKind(TransferStepKind kind) {
+planner::StepKind polymesh::toPlannerStepKind(TransferStepKind kind) {
   switch (kind) {
   case TransferStepKind::LocalCopy:
     return planner::StepKind::LocalCopy;
@@ -120,6 +119,7 @@ planner::StepKind toPlannerStepKind(TransferStepKind kind) {
   llvm_unreachable("unknown transfer step kind");
 }
 
+namespace {
 /// Whether planReshard reduces unreduced source axes first: it keeps an
 /// unreduced axis only when the destination has it too, on the same mesh
 /// (partials cannot be matched across meshes); every other one is reduced.
@@ -162,6 +162,20 @@ std::string polymesh::unmovableElementReason(Type element) {
   return text;
 }
 
+planner::ReductionPieces polymesh::toPlannerPieces(TransferStepAttr step) {
+  planner::ReductionPieces pieces;
+  pieces.owners.assign(step.getPieceOwners().begin(),
+                       step.getPieceOwners().end());
+  for (size_t i = 0; i < pieces.owners.size(); ++i) {
+    auto [lo, hi] = step.getPiece(i);
+    planner::Box box;
+    box.lo.assign(lo.begin(), lo.end());
+    box.hi.assign(hi.begin(), hi.end());
+    pieces.pieces.push_back(std::move(box));
+  }
+  return pieces;
+}
+
 planner::TransferPlan
 polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
                              const planner::TensorLayout &destination) {
@@ -180,6 +194,11 @@ polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
     step.chunk = stepAttr.getChunk();
     step.devices.assign(stepAttr.getDevices().begin(),
                         stepAttr.getDevices().end());
+    if (stepAttr.isSymbolic()) {
+      step.transfers = planner::expandReductionPieces(
+          step.kind, step.devices, toPlannerPieces(stepAttr), elementBytes);
+      plan.reducesInPlace = true;
+    }
     step.transfers.reserve(stepAttr.getTransfers().size());
     for (BoxTransferAttr transferAttr : stepAttr.getTransfers()) {
       planner::Transfer transfer;

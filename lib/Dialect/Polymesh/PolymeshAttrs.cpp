@@ -639,16 +639,66 @@ void BoxTransferAttr::print(AsmPrinter &printer) const {
   printer.getStream() << ">";
 }
 
+std::pair<ArrayRef<int64_t>, ArrayRef<int64_t>>
+TransferStepAttr::getPiece(size_t index) const {
+  size_t rank = getPieceCorners().size() / (2 * getPieceOwners().size());
+  ArrayRef<int64_t> corners = getPieceCorners().slice(2 * rank * index, 2 * rank);
+  return {corners.take_front(rank), corners.drop_front(rank)};
+}
+
 void TransferStepAttr::printBody(llvm::raw_ostream &os) const {
   os << stringifyTransferStepKind(getKind()) << " chunk " << getChunk()
      << " devices ";
   printIntList(os, getDevices());
+  if (isSymbolic())
+    os << " pieces";
+  for (auto [index, owner] : llvm::enumerate(getPieceOwners())) {
+    auto [lo, hi] = getPiece(index);
+    os << " {" << owner << ": ";
+    printIntList(os, lo);
+    os << " : ";
+    printIntList(os, hi);
+    os << "}";
+  }
   for (BoxTransferAttr transfer : getTransfers()) {
     os << " {";
     transfer.printBody(os);
     os << "}";
   }
 }
+
+namespace {
+/// `{owner: [lo...] : [hi...]}...` after `pieces`, appended to `owners` and
+/// `corners` (each piece's lo then hi).
+ParseResult parsePieces(AsmParser &parser, SmallVectorImpl<int64_t> &owners,
+                        SmallVectorImpl<int64_t> &corners) {
+  std::optional<size_t> rank;
+  while (succeeded(parser.parseOptionalLBrace())) {
+    SMLoc loc = parser.getCurrentLocation();
+    int64_t owner;
+    SmallVector<int64_t> lo, hi;
+    if (parser.parseInteger(owner) || parser.parseColon() ||
+        parseIntList(parser, lo) || parser.parseColon() ||
+        parseIntList(parser, hi) || parser.parseRBrace())
+      return failure();
+    if (lo.size() != hi.size())
+      return parser.emitError(loc) << "piece corners have ranks " << lo.size()
+                                   << " and " << hi.size();
+    if (rank && *rank != lo.size())
+      return parser.emitError(loc) << "piece has rank " << lo.size()
+                                   << " but the step's first piece has rank "
+                                   << *rank;
+    rank = lo.size();
+    owners.push_back(owner);
+    corners.append(lo.begin(), lo.end());
+    corners.append(hi.begin(), hi.end());
+  }
+  if (owners.empty())
+    return parser.emitError(parser.getCurrentLocation())
+           << "expected at least one piece, '{owner: [lo] : [hi]}'";
+  return success();
+}
+} // namespace
 
 TransferStepAttr TransferStepAttr::parseBody(AsmParser &parser) {
   SMLoc loc = parser.getCurrentLocation();
@@ -666,6 +716,13 @@ TransferStepAttr TransferStepAttr::parseBody(AsmParser &parser) {
       parser.parseKeyword("devices") || parseIntList(parser, devices))
     return {};
   SmallVector<BoxTransferAttr> transfers;
+  SmallVector<int64_t> owners, corners;
+  if (succeeded(parser.parseOptionalKeyword("pieces"))) {
+    if (failed(parsePieces(parser, owners, corners)))
+      return {};
+    return TransferStepAttr::get(parser.getContext(), *kind, chunk, devices,
+                                 transfers, owners, corners);
+  }
   while (succeeded(parser.parseOptionalLBrace())) {
     BoxTransferAttr transfer = BoxTransferAttr::parseBody(parser);
     if (!transfer || parser.parseRBrace())
@@ -673,7 +730,7 @@ TransferStepAttr TransferStepAttr::parseBody(AsmParser &parser) {
     transfers.push_back(transfer);
   }
   return TransferStepAttr::get(parser.getContext(), *kind, chunk, devices,
-                               transfers);
+                               transfers, owners, corners);
 }
 
 Attribute TransferStepAttr::parse(AsmParser &parser, Type) {

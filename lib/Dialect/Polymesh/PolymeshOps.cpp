@@ -168,6 +168,32 @@ std::string printBox(const planner::Box &box) {
   return text;
 }
 
+/// One box transfer as the verifier reads it, from the IR or from a
+/// symbolic reduction's expansion.
+struct TransferFields {
+  int64_t src;
+  ArrayRef<int64_t> dsts, lo, hi;
+  bool fromDestination, intoSource, accumulate;
+  int64_t phase;
+
+  static TransferFields of(BoxTransferAttr transfer) {
+    return {transfer.getSrcDevice(),       transfer.getDstDevices(),
+            transfer.getLo(),              transfer.getHi(),
+            transfer.getFromDestination(), transfer.getIntoSource(),
+            transfer.getAccumulate(),      transfer.getPhase()};
+  }
+  static TransferFields of(const planner::Transfer &transfer) {
+    return {transfer.srcDevice,
+            transfer.dstDevices,
+            transfer.box.lo,
+            transfer.box.hi,
+            transfer.srcBuffer == planner::BufferKind::Destination,
+            transfer.dstBuffer == planner::BufferKind::Source,
+            transfer.accumulate,
+            transfer.phase};
+  }
+};
+
 /// Checks a transfer's steps against its layouts: ordered chunks, sorted
 /// participants, boxes inside the tensor, senders that hold their boxes,
 /// receivers with room for them, and (without partial sums) every
@@ -184,8 +210,10 @@ public:
 
 private:
   LogicalResult verifyStep(size_t index, TransferStepAttr step);
+  LogicalResult verifyPieces(TransferStepAttr step,
+                             llvm::function_ref<InFlightDiagnostic()> where);
   LogicalResult verifyTransfer(TransferStepAttr step, size_t transferIndex,
-                               BoxTransferAttr transfer,
+                               const TransferFields &transfer,
                                llvm::function_ref<InFlightDiagnostic()> where);
   LogicalResult verifyCoverage();
 
@@ -237,26 +265,74 @@ LogicalResult TransferVerifier::verifyStep(size_t index,
   for (size_t i = 1; i < devices.size(); ++i)
     if (devices[i - 1] >= devices[i])
       return where() << "participant devices must be sorted and distinct";
+  if (step.isSymbolic())
+    return verifyPieces(step, where);
   for (auto [transferIndex, transfer] : llvm::enumerate(step.getTransfers()))
-    if (failed(verifyTransfer(step, transferIndex, transfer, where)))
+    if (failed(verifyTransfer(step, transferIndex, TransferFields::of(transfer),
+                              where)))
+      return failure();
+  return success();
+}
+
+/// A symbolic reduction: well-formed pieces with distinct owners among the
+/// participants, then every transfer they stand for, as if written out.
+LogicalResult
+TransferVerifier::verifyPieces(TransferStepAttr step,
+                               llvm::function_ref<InFlightDiagnostic()> where) {
+  if (step.getKind() != TransferStepKind::AllReduce &&
+      step.getKind() != TransferStepKind::ReduceScatter)
+    return where() << "only all_reduce and reduce_scatter steps are written "
+                      "as pieces";
+  if (!step.getTransfers().empty())
+    return where() << "has both pieces and transfers";
+  size_t count = step.getPieceOwners().size();
+  if (step.getPieceCorners().size() != 2 * count * shape.size())
+    return where() << "pieces have rank "
+                   << step.getPieceCorners().size() / (2 * count)
+                   << " but the tensor has rank " << shape.size();
+  ArrayRef<int64_t> owners = step.getPieceOwners();
+  ArrayRef<int64_t> participants = step.getDevices();
+  if (participants.size() < 2)
+    return where() << "a reduction needs at least two participants";
+  for (size_t i = 0; i < count; ++i) {
+    if (!std::binary_search(participants.begin(), participants.end(),
+                            owners[i]))
+      return where() << "piece owner " << owners[i]
+                     << " is not a participant of the step";
+    for (size_t j = 0; j < i; ++j)
+      if (owners[i] == owners[j])
+        return where() << "device " << owners[i] << " owns two pieces";
+  }
+  planner::ReductionPieces pieces = toPlannerPieces(step);
+  std::vector<int64_t> devices(step.getDevices().begin(),
+                               step.getDevices().end());
+  for (auto [index, transfer] : llvm::enumerate(planner::expandReductionPieces(
+           toPlannerStepKind(step.getKind()), devices, pieces,
+           /*elementBytes=*/1)))
+    if (failed(verifyTransfer(step, index, TransferFields::of(transfer),
+                              [&]() {
+                                InFlightDiagnostic diag = where();
+                                diag << "its pieces' ";
+                                return diag;
+                              })))
       return failure();
   return success();
 }
 
 LogicalResult TransferVerifier::verifyTransfer(
-    TransferStepAttr step, size_t transferIndex, BoxTransferAttr transfer,
+    TransferStepAttr step, size_t transferIndex, const TransferFields &transfer,
     llvm::function_ref<InFlightDiagnostic()> where) {
   auto at = [&]() {
     InFlightDiagnostic diag = where();
     diag << "transfer #" << transferIndex << ": ";
     return diag;
   };
-  if (transfer.getLo().size() != shape.size())
-    return at() << "box has rank " << transfer.getLo().size()
+  if (transfer.lo.size() != shape.size())
+    return at() << "box has rank " << transfer.lo.size()
                 << " but the tensor has rank " << shape.size();
   planner::Box box;
-  box.lo.assign(transfer.getLo().begin(), transfer.getLo().end());
-  box.hi.assign(transfer.getHi().begin(), transfer.getHi().end());
+  box.lo.assign(transfer.lo.begin(), transfer.lo.end());
+  box.hi.assign(transfer.hi.begin(), transfer.hi.end());
   for (size_t d = 0; d < box.lo.size(); ++d)
     if (box.lo[d] < 0 || box.lo[d] >= box.hi[d] || box.hi[d] > shape[d])
       return at() << "box [" << box.lo[d] << ", " << box.hi[d]
@@ -266,29 +342,29 @@ LogicalResult TransferVerifier::verifyTransfer(
   auto participates = [&](int64_t device) {
     return std::binary_search(devices.begin(), devices.end(), device);
   };
-  if (!participates(transfer.getSrcDevice()))
-    return at() << "sender " << transfer.getSrcDevice()
+  if (!participates(transfer.src))
+    return at() << "sender " << transfer.src
                 << " is not a participant of the step";
   // Phase 1 exists only in an all-reduce (gather the reduced pieces); code
   // generation runs phases 0 and 1 and nothing else.
   int64_t maxPhase = step.getKind() == TransferStepKind::AllReduce ? 1 : 0;
-  if (transfer.getPhase() < 0 || transfer.getPhase() > maxPhase)
-    return at() << "phase " << transfer.getPhase() << " is out of range: a "
+  if (transfer.phase < 0 || transfer.phase > maxPhase)
+    return at() << "phase " << transfer.phase << " is out of range: a "
                 << stringifyTransferStepKind(step.getKind())
                 << " step has phase 0"
                 << (maxPhase ? " (reduce) and phase 1 (gather)" : " only");
   // A zero fill writes zeros where it lands and reads nothing.
-  bool fromDestination = transfer.getFromDestination();
+  bool fromDestination = transfer.fromDestination;
   if (step.getKind() != TransferStepKind::ZeroFill &&
       !(fromDestination ? destinationTiles : sourceTiles)
-           .holds(transfer.getSrcDevice(), box))
-    return at() << "sender " << transfer.getSrcDevice()
+           .holds(transfer.src, box))
+    return at() << "sender " << transfer.src
                 << " does not hold the box in its "
                 << (fromDestination ? "destination" : "source") << " buffer";
-  ArrayRef<int64_t> dsts = transfer.getDstDevices();
+  ArrayRef<int64_t> dsts = transfer.dsts;
   if (dsts.empty())
     return at() << "has no receiver";
-  bool intoSource = transfer.getIntoSource();
+  bool intoSource = transfer.intoSource;
   for (size_t i = 0; i < dsts.size(); ++i) {
     if (i > 0 && dsts[i - 1] >= dsts[i])
       return at() << "receivers must be sorted and distinct";
@@ -299,7 +375,7 @@ LogicalResult TransferVerifier::verifyTransfer(
       return at() << "receiver " << dsts[i]
                   << " has no room for the box in its "
                   << (intoSource ? "source" : "destination") << " buffer";
-    if (!intoSource && !transfer.getAccumulate())
+    if (!intoSource && !transfer.accumulate)
       received[dsts[i]].push_back(box);
   }
   return success();

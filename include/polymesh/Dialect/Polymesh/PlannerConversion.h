@@ -100,6 +100,12 @@ planner::TransferPlan
 toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
                    const planner::TensorLayout &destination);
 
+/// The planner's kind of a step.
+planner::StepKind toPlannerStepKind(TransferStepKind kind);
+
+/// The pieces of a symbolic reduction step (TransferStepAttr::isSymbolic).
+planner::ReductionPieces toPlannerPieces(TransferStepAttr step);
+
 /// The batch axes of a batched op, as the planner names them.
 std::vector<planner::BatchAxis> toPlannerBatchAxes(mlir::ArrayAttr batch);
 

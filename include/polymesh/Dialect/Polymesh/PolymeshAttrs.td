@@ -203,16 +203,37 @@ def Polymesh_TransferStepAttr : Polymesh_Attr<"TransferStep", "transfer_step"> {
     devices (sorted) and its box transfers. A backend can always run a step
     as grouped sends and receives of packed boxes; the kind says which
     collective carries it where one does.
+
+    A reduction step (`all_reduce`, `reduce_scatter`) may instead be
+    symbolic: `<all_reduce chunk 0 devices [0, 2, 4, 6] pieces
+    {0: [0, 0] : [4, 4]} {2: [4, 0] : [8, 4]} ...>` names, in order, the
+    pieces of the group's box and the member each is summed onto. Its
+    transfers follow from them (`planner::expandReductionPieces`): every
+    member sends each piece it does not own to the piece's owner, which adds
+    it into its source buffer (phase 0); an `all_reduce` then sends each
+    reduced piece from its owner into every other member's source buffer
+    (phase 1). A group of n members is n pieces instead of about n^2
+    transfers. `--polymesh-plan` writes this form for every reduction step
+    whose transfers are exactly that expansion.
   }];
   let parameters = (ins
     "TransferStepKind":$kind,
     "int64_t":$chunk,
     ArrayRefParameter<"int64_t", "participant devices">:$devices,
-    ArrayRefParameter<"BoxTransferAttr", "box transfers">:$transfers);
+    ArrayRefParameter<"BoxTransferAttr", "box transfers">:$transfers,
+    OptionalArrayRefParameter<"int64_t",
+                              "owners of a symbolic reduction's pieces">:$pieceOwners,
+    OptionalArrayRefParameter<"int64_t",
+                              "each piece's lower then upper corner">:$pieceCorners);
   let hasCustomAssemblyFormat = 1;
   let extraClassDeclaration = [{
     void printBody(llvm::raw_ostream &os) const;
     static TransferStepAttr parseBody(mlir::AsmParser &parser);
+    /// Whether the step is a reduction written as its pieces.
+    bool isSymbolic() const { return !getPieceOwners().empty(); }
+    /// The lower and upper corners of piece `index`.
+    std::pair<llvm::ArrayRef<int64_t>, llvm::ArrayRef<int64_t>>
+    getPiece(size_t index) const;
   }];
 }
 
