@@ -520,6 +520,9 @@ TensorLayout::devicesHolding(const std::vector<int64_t> &index) const {
 bool TensorLayout::isDeviceEquivalent(const TensorLayout &other) const {
   if (shape_ != other.shape_ || numDevices() != other.numDevices())
     return false;
+  // The common case, and linear work saved on a pod: the same layout.
+  if (sharding_ == other.sharding_ && mesh_ == other.mesh_)
+    return true;
   // Same box on every device id.
   absl::flat_hash_map<int64_t, int64_t> otherPosition;
   otherPosition.reserve(other.numDevices());

@@ -72,8 +72,8 @@ std::vector<Transfer> expandReductionPieces(StepKind kind,
         others.push_back(member);
     const Box &piece = pieces.pieces[i];
     transfers.push_back({pieces.owners[i], std::move(others), piece,
-                         piece.numElements() * elementBytes,
-                         BufferKind::Source, BufferKind::Source,
+                         piece.numElements() * elementBytes, BufferKind::Source,
+                         BufferKind::Source,
                          /*accumulate=*/false, /*phase=*/1});
   }
   return transfers;
@@ -108,9 +108,8 @@ std::optional<ReductionPieces> findReductionPieces(const Step &step,
       found.pieces.push_back(transfer.box);
     } else if (transfer.srcDevice == second && owner == first) {
       // The piece the first member owns, in its place among the owners.
-      auto at = std::find_if(
-          found.owners.begin(), found.owners.end(),
-          [&](int64_t other) { return other > first; });
+      auto at = std::find_if(found.owners.begin(), found.owners.end(),
+                             [&](int64_t other) { return other > first; });
       size_t index = at - found.owners.begin();
       found.owners.insert(at, owner);
       found.pieces.insert(found.pieces.begin() + index, transfer.box);

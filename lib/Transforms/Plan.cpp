@@ -82,8 +82,8 @@ ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan,
         corners.append(piece.hi.begin(), piece.hi.end());
       }
       steps.push_back(TransferStepAttr::get(context, toStepKind(step.kind),
-                                            step.chunk, step.devices,
-                                            transfers, owners, corners));
+                                            step.chunk, step.devices, transfers,
+                                            owners, corners));
       continue;
     }
     transfers.reserve(step.transfers.size());

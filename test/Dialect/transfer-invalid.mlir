@@ -291,7 +291,7 @@ func.func @batch_negative_dim(%x: tensor<8xf32>) -> tensor<8xf32> {
 
 // Symbolic reductions: pieces only on reduction steps, owners among the
 // participants and distinct, corners of the tensor's rank, and every
-// member holding each piece (checked on the transfers they stand for).
+// member holding each piece in its source buffer.
 polymesh.mesh @m = <["a"=2]>
 
 func.func @pieces_on_a_broadcast(%x: tensor<4xf32>) -> tensor<4xf32> {
@@ -343,7 +343,7 @@ func.func @piece_rank(%x: tensor<4xf32>) -> tensor<4xf32> {
 polymesh.mesh @m = <["a"=2]>
 
 func.func @piece_outside(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{step #0 (all_reduce): its pieces' transfer #0: box [2, 6) of dimension 0 is empty or outside [0, 4)}}
+  // expected-error @+1 {{step #0 (all_reduce): piece #1: box [2, 6) of dimension 0 is empty or outside [0, 4)}}
   %0 = polymesh.transfer %x <@m, [{}], unreduced={"a"}> -> <@m, [{}]> steps [
     all_reduce chunk 0 devices [0, 1] pieces {0: [0] : [2]} {1: [2] : [6]}
   ] : tensor<4xf32>
@@ -357,7 +357,7 @@ func.func @piece_outside(%x: tensor<4xf32>) -> tensor<4xf32> {
 polymesh.mesh @m22 = <["a"=2, "b"=2]>
 
 func.func @piece_not_held(%x: tensor<4xf32>) -> tensor<4xf32> {
-  // expected-error @+1 {{step #0 (all_reduce): its pieces' transfer #0: sender 0 does not hold the box in its source buffer}}
+  // expected-error @+1 {{step #0 (all_reduce): member 0 does not hold piece #1 [2] : [3] in its source buffer}}
   %0 = polymesh.transfer %x <@m22, [{"a"}], unreduced={"b"}> -> <@m22, [{"a"}]> steps [
     all_reduce chunk 0 devices [0, 1] pieces {0: [1] : [2]} {1: [2] : [3]}
   ] : tensor<4xf32>

@@ -364,8 +364,8 @@ TEST(TransferPlanner, ReductionStepsAreTheirPiecesExpanded) {
   ASSERT_EQ(pieces->pieces.size(), 4u);
   EXPECT_EQ(pieces->pieces[1].lo, (std::vector<int64_t>{1, 0}));
   EXPECT_EQ(pieces->pieces[1].hi, (std::vector<int64_t>{2, 8}));
-  EXPECT_EQ(
-      expandReductionPieces(step.kind, step.devices, *pieces, 4).size(), 16u);
+  EXPECT_EQ(expandReductionPieces(step.kind, step.devices, *pieces, 4).size(),
+            16u);
 
   // A reduce-scatter's pieces are the reduced layout's tiles.
   TensorLayout scattered = layout(mesh, {{"a", "b"}, {}}, {8, 8});

@@ -642,7 +642,8 @@ void BoxTransferAttr::print(AsmPrinter &printer) const {
 std::pair<ArrayRef<int64_t>, ArrayRef<int64_t>>
 TransferStepAttr::getPiece(size_t index) const {
   size_t rank = getPieceCorners().size() / (2 * getPieceOwners().size());
-  ArrayRef<int64_t> corners = getPieceCorners().slice(2 * rank * index, 2 * rank);
+  ArrayRef<int64_t> corners =
+      getPieceCorners().slice(2 * rank * index, 2 * rank);
   return {corners.take_front(rank), corners.drop_front(rank)};
 }
 
@@ -685,9 +686,9 @@ ParseResult parsePieces(AsmParser &parser, SmallVectorImpl<int64_t> &owners,
       return parser.emitError(loc) << "piece corners have ranks " << lo.size()
                                    << " and " << hi.size();
     if (rank && *rank != lo.size())
-      return parser.emitError(loc) << "piece has rank " << lo.size()
-                                   << " but the step's first piece has rank "
-                                   << *rank;
+      return parser.emitError(loc)
+             << "piece has rank " << lo.size()
+             << " but the step's first piece has rank " << *rank;
     rank = lo.size();
     owners.push_back(owner);
     corners.append(lo.begin(), lo.end());
