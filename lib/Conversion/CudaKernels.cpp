@@ -42,29 +42,30 @@ Value gridStrideLoop(OpBuilder &builder, Location loc, Value total) {
 
 } // namespace
 
-void KernelBuilder::enterKernelModule(OpBuilder &builder) {
+gpu::GPUFuncOp KernelBuilder::define(OpBuilder &builder, StringRef name,
+                                     ArrayRef<Type> arguments,
+                                     llvm::function_ref<void(Block &)> body) {
+  if (gpu::GPUFuncOp existing = kernels.lookup(name))
+    return existing;
+  OpBuilder::InsertionGuard guard(builder);
   if (!gpuModule) {
-    MLIRContext *context = module.getContext();
     builder.setInsertionPointToEnd(module.getBody());
-    auto target = NVVM::NVVMTargetAttr::get(
-        context, /*optLevel=*/2, "nvptx64-nvidia-cuda", chip, features);
+    auto target =
+        NVVM::NVVMTargetAttr::get(module.getContext(), /*optLevel=*/2,
+                                  "nvptx64-nvidia-cuda", chip, features);
     gpuModule =
         gpu::GPUModuleOp::create(builder, module.getLoc(), kKernelModule,
                                  builder.getArrayAttr({target}));
-    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
-                    builder.getUnitAttr());
   }
   builder.setInsertionPointToEnd(gpuModule.getBody());
-}
-
-gpu::GPUFuncOp KernelBuilder::createKernel(OpBuilder &builder, StringRef name,
-                                           ArrayRef<Type> arguments) {
-  enterKernelModule(builder);
   auto kernel = gpu::GPUFuncOp::create(builder, module.getLoc(), name,
                                        builder.getFunctionType(arguments, {}));
   kernel->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
                   builder.getUnitAttr());
-  builder.setInsertionPointToStart(&kernel.getBody().front());
+  Block &entry = kernel.getBody().front();
+  builder.setInsertionPointToStart(&entry);
+  body(entry);
+  gpu::ReturnOp::create(builder, module.getLoc());
   kernels[name] = kernel;
   return kernel;
 }
@@ -82,19 +83,22 @@ gpu::GPUFuncOp KernelBuilder::get(OpBuilder &builder, KernelKind kind,
     os << element;
   else
     os << "u" << unitBytes;
-  if (gpu::GPUFuncOp existing = kernels.lookup(name))
-    return existing;
-
-  OpBuilder::InsertionGuard guard(builder);
-  Location loc = module.getLoc();
   Type ptr = LLVM::LLVMPointerType::get(module.getContext());
   Type i64 = builder.getI64Type();
   SmallVector<Type> args = {ptr, ptr, i64};
   for (int64_t i = 0; i < 3 * outer; ++i)
     args.push_back(i64);
   args.push_back(i64);
-  gpu::GPUFuncOp kernel = createKernel(builder, name, args);
-  Block &entry = kernel.getBody().front();
+  return define(builder, name, args, [&](Block &entry) {
+    emitStridedBody(builder, entry, kind, outer, unitBytes, element);
+  });
+}
+
+void KernelBuilder::emitStridedBody(OpBuilder &builder, Block &entry,
+                                    KernelKind kind, int64_t outer,
+                                    int64_t unitBytes, Type element) {
+  Location loc = module.getLoc();
+  Type ptr = LLVM::LLVMPointerType::get(module.getContext());
   Emitter e(builder, loc);
   Value src = entry.getArgument(0), dst = entry.getArgument(1);
   Value runUnits = entry.getArgument(2);
@@ -158,39 +162,31 @@ gpu::GPUFuncOp KernelBuilder::get(OpBuilder &builder, KernelKind kind,
     }
     }
   }
-  gpu::ReturnOp::create(builder, loc);
-  return kernel;
 }
 
 gpu::GPUFuncOp KernelBuilder::getFill(OpBuilder &builder,
                                       int64_t elementBytes) {
-  std::string name = "fill_u" + std::to_string(elementBytes);
-  if (gpu::GPUFuncOp existing = kernels.lookup(name))
-    return existing;
-  OpBuilder::InsertionGuard guard(builder);
-  Location loc = module.getLoc();
   Type ptr = LLVM::LLVMPointerType::get(module.getContext());
   Type i64 = builder.getI64Type();
-  gpu::GPUFuncOp kernel = createKernel(builder, name, {ptr, i64, i64});
-  Block &entry = kernel.getBody().front();
-  Emitter e(builder, loc);
-  Value dst = entry.getArgument(0), pattern = entry.getArgument(1);
-  Value count = entry.getArgument(2);
-  Type unit = builder.getIntegerType(8 * elementBytes);
-  Value value =
-      elementBytes == 8
-          ? pattern
-          : arith::TruncIOp::create(builder, loc, unit, pattern).getResult();
-  {
+  auto body = [&](Block &entry) {
+    Location loc = module.getLoc();
+    Emitter e(builder, loc);
+    Value dst = entry.getArgument(0), pattern = entry.getArgument(1);
+    Value count = entry.getArgument(2);
+    Type unit = builder.getIntegerType(8 * elementBytes);
+    Value value =
+        elementBytes == 8
+            ? pattern
+            : arith::TruncIOp::create(builder, loc, unit, pattern).getResult();
     OpBuilder::InsertionGuard loopGuard(builder);
     Value index = gridStrideLoop(builder, loc, count);
     Value at =
         LLVM::GEPOp::create(builder, loc, ptr, builder.getI8Type(), dst,
                             ValueRange{e.mul(index, e.i64(elementBytes))});
     LLVM::StoreOp::create(builder, loc, value, at, elementBytes);
-  }
-  gpu::ReturnOp::create(builder, loc);
-  return kernel;
+  };
+  return define(builder, "fill_u" + std::to_string(elementBytes),
+                {ptr, i64, i64}, body);
 }
 
 void polymesh::conversion::launchKernel(OpBuilder &builder, Location loc,

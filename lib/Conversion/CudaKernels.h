@@ -51,15 +51,23 @@ public:
   /// (i64), count.
   mlir::gpu::GPUFuncOp getFill(mlir::OpBuilder &builder, int64_t elementBytes);
 
+  /// Whether any kernel was created (the module then holds them, and must
+  /// be marked a GPU container module).
+  bool hasKernels() const { return static_cast<bool>(gpuModule); }
+
 private:
-  /// The kernel module, created at the end of the module on first use; the
-  /// builder is left inside it, at its end.
-  void enterKernelModule(mlir::OpBuilder &builder);
-  /// A kernel function named `name` with `arguments`, the builder at the
-  /// start of its body.
-  mlir::gpu::GPUFuncOp createKernel(mlir::OpBuilder &builder,
-                                    llvm::StringRef name,
-                                    llvm::ArrayRef<mlir::Type> arguments);
+  /// Kernel `name` with `arguments`: created on first use, in the kernel
+  /// module (created at the end of the module on first use), its body
+  /// emitted by `body` at the start of its entry block; later calls return
+  /// it. The builder's insertion point is kept.
+  mlir::gpu::GPUFuncOp define(mlir::OpBuilder &builder, llvm::StringRef name,
+                              llvm::ArrayRef<mlir::Type> arguments,
+                              llvm::function_ref<void(mlir::Block &)> body);
+  /// The grid-stride loop of a copy, zero or accumulate kernel (get's
+  /// argument layout).
+  void emitStridedBody(mlir::OpBuilder &builder, mlir::Block &entry,
+                       KernelKind kind, int64_t outer, int64_t unitBytes,
+                       mlir::Type element);
 
   mlir::ModuleOp module;
   std::string chip, features;

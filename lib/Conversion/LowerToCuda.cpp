@@ -1014,7 +1014,13 @@ LogicalResult CudaLowering::convert() {
   // dropped.
   ConversionConfig config;
   config.foldingMode = DialectConversionFoldingMode::Never;
-  return applyPartialConversion(module, target, std::move(patterns), config);
+  if (failed(
+          applyPartialConversion(module, target, std::move(patterns), config)))
+    return failure();
+  if (kernels.hasKernels())
+    module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                    UnitAttr::get(context));
+  return success();
 }
 
 struct PolymeshExchangeToCudaPass
