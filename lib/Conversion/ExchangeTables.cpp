@@ -14,6 +14,7 @@
 #include "mlir/Interfaces/FunctionInterfaces.h"
 
 #include <array>
+#include <map>
 #include <unordered_map>
 
 using namespace mlir;
@@ -148,9 +149,10 @@ std::optional<int32_t> polymesh::conversion::ncclSumDtype(Type element) {
 
 namespace {
 /// A plan's tables with every device's rows as a block, stored once per
-/// distinct block: peers, ranks and members relative to the device, so
-/// that the devices of a regular mesh that do the same thing at the same
-/// offsets share one block whatever their ids.
+/// distinct block: peers and ranks relative to the device, groups by their
+/// shape (ids relative to the first member), so that the devices of a
+/// regular mesh that do the same thing at the same offsets share one block
+/// whatever their ids.
 struct BlockTables {
   std::vector<int64_t> copies, comms, members;
   /// kRangeColumns per (segment, block), segment-major.
@@ -161,23 +163,22 @@ struct BlockTables {
   bool hasAccumulate = false, hasZero = false;
 };
 
-/// One device's rows, row indices counted from the block's own start.
+/// One device's rows, row indices counted from the block's own start
+/// (member rows are absolute: groups are shared by every block).
 struct Block {
-  std::vector<int64_t> copies, comms, members;
+  std::vector<int64_t> copies, comms;
   std::vector<std::array<int64_t, kRangeColumns>> ranges; // per segment
   int64_t staging = 0;
 
   bool operator==(const Block &other) const {
     return copies == other.copies && comms == other.comms &&
-           members == other.members && ranges == other.ranges &&
-           staging == other.staging;
+           ranges == other.ranges && staging == other.staging;
   }
   struct Hash {
     size_t operator()(const Block &block) const {
       llvm::hash_code code = llvm::hash_combine(
           llvm::hash_combine_range(block.copies.begin(), block.copies.end()),
           llvm::hash_combine_range(block.comms.begin(), block.comms.end()),
-          llvm::hash_combine_range(block.members.begin(), block.members.end()),
           block.staging);
       for (const auto &range : block.ranges)
         code = llvm::hash_combine(
@@ -201,24 +202,63 @@ void appendCopies(std::vector<int64_t> &copies,
   }
 }
 
+/// Every collective group of a schedule, by shape: member ids relative to
+/// the group's first, each distinct shape stored once in `members`.
+struct GroupShapes {
+  std::vector<int64_t> members;
+  /// Per segment, per group: where its shape starts in `members`.
+  std::vector<std::vector<int64_t>> offsetOf;
+
+  explicit GroupShapes(const planner::DeviceSchedule &schedule) {
+    std::map<std::vector<int64_t>, int64_t> known;
+    for (const planner::Segment &segment : schedule.segments) {
+      std::vector<int64_t> &offsets = offsetOf.emplace_back();
+      for (const std::vector<int64_t> &group : segment.groups) {
+        // Groups no kept device joins are dropped by the schedule.
+        if (group.empty()) {
+          offsets.push_back(0);
+          continue;
+        }
+        std::vector<int64_t> shape;
+        shape.reserve(group.size());
+        for (int64_t member : group)
+          shape.push_back(member - group.front());
+        auto [it, inserted] =
+            known.try_emplace(std::move(shape), members.size());
+        if (inserted)
+          members.insert(members.end(), it->first.begin(), it->first.end());
+        offsets.push_back(it->second);
+      }
+    }
+  }
+};
+
+/// The index of `id` in `group` (sorted, as the planner writes groups, or
+/// searched in full).
+int64_t rankIn(llvm::ArrayRef<int64_t> group, int64_t id) {
+  const int64_t *at = llvm::lower_bound(group, id);
+  if (at == group.end() || *at != id)
+    at = llvm::find(group, id);
+  return at - group.begin();
+}
+
 /// Position p's block of `schedule` (see CommColumn for what is relative).
 Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
-              int64_t copyColumns) {
+              int64_t copyColumns, const GroupShapes &shapes) {
   const std::vector<int64_t> &devices = schedule.devices;
   int64_t device = devices[p];
   Block block;
   block.staging = schedule.stagingBytes[p];
-  for (const planner::Segment &segment : schedule.segments) {
+  for (auto [s, segment] : llvm::enumerate(schedule.segments)) {
     const planner::DeviceSegment &mine = segment.perDevice[p];
     bool sendRecv = segment.method == planner::SegmentMethod::SendRecv;
     std::array<int64_t, kRangeColumns> range{};
     llvm::ArrayRef<int64_t> group;
     if (mine.group >= 0) {
       group = segment.groups[mine.group];
-      range[kMembersBegin] = block.members.size();
-      for (int64_t member : group)
-        block.members.push_back(member - device);
-      range[kMembersEnd] = block.members.size();
+      range[kMembersBegin] = shapes.offsetOf[s][mine.group];
+      range[kMembersEnd] = range[kMembersBegin] + group.size();
+      range[kMembersRank] = rankIn(group, device);
     }
     range[kBeforeBegin] = block.copies.size() / copyColumns;
     appendCopies(block.copies, mine.before);
@@ -228,7 +268,7 @@ Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
     for (const planner::CommRow &row : mine.comm) {
       int64_t rank;
       if (isCollective(segment.method))
-        rank = llvm::find(group, row.peer) - group.begin();
+        rank = rankIn(group, row.peer);
       else
         rank = (llvm::lower_bound(devices, row.peer) - devices.begin()) -
                static_cast<int64_t>(p);
@@ -258,6 +298,8 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
                              const std::vector<int64_t> &rowsOf) {
   int64_t copyColumns = kFixedCopyColumns + 3 * schedule.outerDims;
   BlockTables tables;
+  GroupShapes shapes(schedule);
+  tables.members = std::move(shapes.members);
   for (const planner::Segment &segment : schedule.segments)
     for (const std::vector<int64_t> &group : segment.groups)
       tables.maxGroupSize =
@@ -275,7 +317,7 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
     auto [known, fresh] = numberOfRows.try_emplace(rows, 0);
     if (fresh) {
       auto [it, inserted] =
-          numberOf.try_emplace(blockOf(schedule, rows, copyColumns),
+          numberOf.try_emplace(blockOf(schedule, rows, copyColumns, shapes),
                                static_cast<int64_t>(unique.size()));
       if (inserted)
         unique.push_back(&it->first);
@@ -284,17 +326,14 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
     tables.blockOf.push_back(known->second);
   }
   // Segment-major ranges over the blocks, row indices made absolute.
-  std::vector<int64_t> copyBase, commBase, membersBase;
+  std::vector<int64_t> copyBase, commBase;
   for (const Block *block : unique) {
     copyBase.push_back(tables.copies.size() / copyColumns);
     commBase.push_back(tables.comms.size() / kCommColumns);
-    membersBase.push_back(tables.members.size());
     tables.copies.insert(tables.copies.end(), block->copies.begin(),
                          block->copies.end());
     tables.comms.insert(tables.comms.end(), block->comms.begin(),
                         block->comms.end());
-    tables.members.insert(tables.members.end(), block->members.begin(),
-                          block->members.end());
     tables.staging.push_back(block->staging);
   }
   for (size_t s = 0; s < schedule.segments.size(); ++s)
@@ -305,8 +344,6 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
         range[column] += copyBase[b];
       range[kCommBegin] += commBase[b];
       range[kCommEnd] += commBase[b];
-      range[kMembersBegin] += membersBase[b];
-      range[kMembersEnd] += membersBase[b];
       tables.ranges.insert(tables.ranges.end(), range.begin(), range.end());
     }
   for (size_t c = 0; c < tables.copies.size(); c += copyColumns) {
@@ -397,12 +434,13 @@ FailureOr<planner::DeviceSchedule> PlanTableBuilder::scheduleTransfer(
               it != counterpart.end())
             rows = it->second;
       return schedule(toPlannerStepsPlan(transfer, batch->cellSource,
-                                         batch->cellDestination),
+                                         batch->cellDestination,
+                                         /*expandPieces=*/false),
                       batch->cellSource, batch->cellDestination);
     }
   }
   absl::StatusOr<planner::TransferPlan> plan =
-      toPlannerPlan(transfer, source, destination);
+      toPlannerPlan(transfer, source, destination, /*expandPieces=*/false);
   if (!plan.ok())
     return transfer.emitError()
            << "cannot be lowered: " << std::string(plan.status().message());

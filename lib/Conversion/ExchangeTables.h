@@ -60,10 +60,14 @@ enum RangeColumn : int64_t {
   /// run after the calls are posted.
   kPackedEnd,
   /// Collective segments: the device's group as rows [begin, end) of the
-  /// plan's members table, each member id minus the device's (empty when
-  /// the device joins none).
+  /// plan's members table, each member id minus the group's first (empty
+  /// when the device joins none), and the device's index in it: member i
+  /// is device - members[begin + rank] + members[begin + i]. Groups of one
+  /// shape share their rows, so a group of n members costs n numbers, not
+  /// n per member.
   kMembersBegin,
   kMembersEnd,
+  kMembersRank,
   kRangeColumns
 };
 /// Columns of a communication row, relative to the calling device so that
@@ -115,8 +119,8 @@ struct PlanTables {
   /// Tables over distinct blocks (a device's rows, relative to the device):
   /// `blocks` maps positions to blocks (-1: a device another process
   /// runs); `ranges` is per (segment, block),
-  /// `staging` per block; `members` holds every block's groups, as member
-  /// id - device id (empty when the plan has none).
+  /// `staging` per block; `members` holds every distinct group shape, as
+  /// member id - the group's first id (empty when the plan has none).
   std::string copies, ranges, comms, staging, members, blocks;
   int64_t numBlocks = 0;
   /// The largest collective group (members materialized per call).
@@ -256,11 +260,14 @@ public:
                                 Value device, Value buffer) {
     Value begin = load(ranges, {rangeRow, index(kMembersBegin)});
     Value end = load(ranges, {rangeRow, index(kMembersEnd)});
+    Value rank = load(ranges, {rangeRow, index(kMembersRank)});
+    Value first = arith::SubIOp::create(
+        b, loc, device, load(members, {toIndex(add(begin, rank))}));
     loop(toIndex(begin), toIndex(end), [&](Value i) {
       Value slot = LLVM::GEPOp::create(
           b, loc, LLVM::LLVMPointerType::get(b.getContext()), b.getI64Type(),
           buffer, ValueRange{arith::SubIOp::create(b, loc, toI64(i), begin)});
-      LLVM::StoreOp::create(b, loc, add(device, load(members, {i})), slot);
+      LLVM::StoreOp::create(b, loc, add(first, load(members, {i})), slot);
     });
     return {buffer, arith::SubIOp::create(b, loc, end, begin)};
   }

@@ -159,8 +159,10 @@ llvm::Expected<ShardedFunction> recordGlobal(func::FuncOp func,
       failure = destination.takeError();
       return;
     }
+    // Only the totals are read: symbolic reductions count without their
+    // transfers.
     absl::StatusOr<planner::TransferPlan> plan =
-        toPlannerPlan(transfer, *source, *destination);
+        toPlannerPlan(transfer, *source, *destination, /*expandPieces=*/false);
     if (!plan.ok()) {
       failure = llvm::createStringError(llvm::inconvertibleErrorCode(),
                                         std::string(plan.status().message()));

@@ -513,6 +513,17 @@ public:
     }
     return moved;
   }
+  ReductionPieces pieces(const ReductionPieces &cell) const {
+    ReductionPieces moved = cell;
+    for (int64_t &id : moved.owners)
+      id = device(id);
+    for (Box &box : moved.pieces)
+      for (size_t d = 0; d < shift.box.size(); ++d) {
+        box.lo[d] += shift.box[d];
+        box.hi[d] += shift.box[d];
+      }
+    return moved;
+  }
 
 private:
   const ReshardBatch &batch;
@@ -543,11 +554,16 @@ absl::StatusOr<TransferPlan>
 expandBatchedPlan(const TransferPlan &cellPlan, const ReshardBatch &batch,
                   const TensorLayout &source, const TensorLayout &destination) {
   int64_t transfers = 0, receivers = 0;
-  for (const Step &step : cellPlan.steps)
+  for (const Step &step : cellPlan.steps) {
+    if (step.pieces) {
+      transfers += static_cast<int64_t>(step.pieces->owners.size());
+      receivers += static_cast<int64_t>(step.pieces->owners.size());
+    }
     for (const Transfer &transfer : step.transfers) {
       ++transfers;
       receivers += static_cast<int64_t>(transfer.dstDevices.size());
     }
+  }
   if (transfers * batch.numCells > kMaxPlanTransfers ||
       receivers * batch.numCells > kMaxPlanReceivers)
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -588,6 +604,9 @@ expandBatchedPlan(const TransferPlan &cellPlan, const ReshardBatch &batch,
         step.devices.push_back(mover.device(device));
       for (const Transfer &transfer : cellStep.transfers)
         step.transfers.push_back(mover.transfer(transfer));
+      // A reduction never merges cells: its pieces move with its cell.
+      if (cellStep.pieces)
+        step.pieces = mover.pieces(*cellStep.pieces);
       if (!merged)
         std::sort(step.devices.begin(), step.devices.end());
     }

@@ -336,12 +336,99 @@ std::optional<Piece> matchAllGather(const Step &step, size_t s, int phase,
   return piece;
 }
 
-/// One in-place sum over the members, for both phases of an all-reduce
-/// step whose pieces are disjoint, each reduced onto its owner by every
-/// other member (phase 0) and copied from the owner to every other member
-/// (phase 1): afterwards every member holds the sum over all members of
-/// every piece, which is what one all-reduce of the pieces gives. Pieces
-/// that are the whole source tile, in order, are reduced in the tile itself.
+/// Whether every member's source tile holds every piece: a tile is a box,
+/// so it holds them all when it holds their bounding box.
+bool everyMemberHolds(const std::vector<int64_t> &members,
+                      const std::vector<Box> &pieces, const TileSet &tiles) {
+  Box bounds = pieces.front();
+  for (const Box &piece : pieces)
+    for (size_t d = 0; d < bounds.lo.size(); ++d) {
+      bounds.lo[d] = std::min(bounds.lo[d], piece.lo[d]);
+      bounds.hi[d] = std::max(bounds.hi[d], piece.hi[d]);
+    }
+  return std::all_of(members.begin(), members.end(), [&](int64_t member) {
+    return tiles.holds(BufferKind::Source, member, bounds);
+  });
+}
+
+/// Whether `pieces`, in order, are `tile`'s bytes in order: a collective
+/// over the pieces can run on the tile itself. Members of one group mostly
+/// share their tile's box, so answers are kept by box.
+class InPlaceCheck {
+public:
+  InPlaceCheck(const std::vector<Box> &pieces, const TileSet &tiles)
+      : pieces(pieces), tiles(tiles) {}
+
+  bool operator()(const Tile &tile) {
+    auto [it, inserted] = known.try_emplace({tile.box.lo, tile.box.hi}, false);
+    if (inserted)
+      it->second = compute(tile);
+    return it->second;
+  }
+
+private:
+  bool compute(const Tile &tile) const {
+    int64_t at = 0;
+    for (const Box &piece : pieces) {
+      if (!contiguousIn(tile, piece) ||
+          inTile(BufferSpace::Source, tile, piece).offset != at)
+        return false;
+      at += piece.numElements() * tiles.eb;
+    }
+    return at == tile.box.numElements() * tiles.eb;
+  }
+
+  const std::vector<Box> &pieces;
+  const TileSet &tiles;
+  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, bool> known;
+};
+
+/// One in-place sum over `members` of `pieces`: afterwards every member
+/// holds the sum over all members of every piece, which is what an
+/// all-reduce step leaves (each piece reduced onto its owner, then copied
+/// to every other member). The pieces must be disjoint (an overlap would
+/// be summed twice) and held by every member. Pieces that are the whole
+/// source tile, in order, are reduced in the tile itself.
+std::optional<Piece> allReduceOf(const std::vector<int64_t> &members,
+                                 const std::vector<Box> &pieces, size_t s,
+                                 const TileSet &tiles) {
+  if (!validMembers(members) || pieces.empty() || !pairwiseDisjoint(pieces) ||
+      !everyMemberHolds(members, pieces, tiles))
+    return std::nullopt;
+  Piece result = collectivePiece(SegmentMethod::AllReduce, s, 0, members);
+  int64_t total = 0;
+  for (const Box &piece : pieces)
+    total += piece.numElements() * tiles.eb;
+  InPlaceCheck inPlace(pieces, tiles);
+  for (int64_t member : members) {
+    size_t p = *tiles.position(member);
+    const Tile &tile = tiles.source[p];
+    DeviceSegment &rows = result.rows[p];
+    if (inPlace(tile)) {
+      rows.comm.push_back(
+          {CommKind::AllReduce, member, 0, total, BufferSpace::Source});
+      continue;
+    }
+    int64_t at = 0;
+    for (const Box &piece : pieces) {
+      Placement inSource = inTile(BufferSpace::Source, tile, piece);
+      Placement staged = inStaging(at, piece, tiles.eb);
+      rows.before.push_back(makeRow(CopyKind::Copy, inSource, staged, piece,
+                                    tiles.eb, tiles.outerDims));
+      rows.after.push_back(makeRow(CopyKind::Copy, staged, inSource, piece,
+                                   tiles.eb, tiles.outerDims));
+      at += piece.numElements() * tiles.eb;
+    }
+    rows.comm.push_back({CommKind::AllReduce, member, 0, total});
+    rows.stagingBytes = total;
+  }
+  return result;
+}
+
+/// Both phases of an all-reduce step in transfers: phase 1 names the
+/// pieces and their owners (each copied from its owner to every other
+/// member), phase 0 reduces each piece onto its owner from every other
+/// member, once.
 std::optional<Piece> matchAllReduce(const Step &step, size_t s,
                                     const TileSet &tiles) {
   if (step.kind != StepKind::AllReduce)
@@ -350,7 +437,6 @@ std::optional<Piece> matchAllReduce(const Step &step, size_t s,
   if (!validMembers(members))
     return std::nullopt;
   size_t n = members.size();
-  // Phase 1 names the pieces and their owners.
   std::vector<Box> pieces;
   std::vector<int64_t> owners;
   for (const Transfer &transfer : step.transfers) {
@@ -366,10 +452,6 @@ std::optional<Piece> matchAllReduce(const Step &step, size_t s,
     pieces.push_back(transfer.box);
     owners.push_back(transfer.srcDevice);
   }
-  // Overlapping pieces would be summed twice in one all-reduce.
-  if (pieces.empty() || !pairwiseDisjoint(pieces))
-    return std::nullopt;
-  // Phase 0 reduces piece i onto its owner from every other member, once.
   std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, size_t>
       pieceOf;
   for (size_t i = 0; i < pieces.size(); ++i)
@@ -393,54 +475,58 @@ std::optional<Piece> matchAllReduce(const Step &step, size_t s,
   for (const std::set<int64_t> &from : senders)
     if (from.size() != n - 1)
       return std::nullopt;
-  for (int64_t member : members)
-    for (const Box &piece : pieces)
-      if (!tiles.holds(BufferKind::Source, member, piece))
-        return std::nullopt;
-
-  Piece result = collectivePiece(SegmentMethod::AllReduce, s, 0, members);
-  int64_t total = 0;
-  for (const Box &piece : pieces)
-    total += piece.numElements() * tiles.eb;
-  for (int64_t member : members) {
-    size_t p = *tiles.position(member);
-    const Tile &tile = tiles.source[p];
-    DeviceSegment &rows = result.rows[p];
-    // In place when the pieces are the tile's bytes in order.
-    bool inPlace = total == tile.box.numElements() * tiles.eb;
-    for (size_t i = 0, at = 0; inPlace && i < pieces.size(); ++i) {
-      inPlace = contiguousIn(tile, pieces[i]) &&
-                inTile(BufferSpace::Source, tile, pieces[i]).offset ==
-                    static_cast<int64_t>(at);
-      at += pieces[i].numElements() * tiles.eb;
-    }
-    if (inPlace) {
-      rows.comm.push_back(
-          {CommKind::AllReduce, member, 0, total, BufferSpace::Source});
-      continue;
-    }
-    int64_t at = 0;
-    for (const Box &piece : pieces) {
-      Placement inSource = inTile(BufferSpace::Source, tile, piece);
-      Placement staged = inStaging(at, piece, tiles.eb);
-      rows.before.push_back(makeRow(CopyKind::Copy, inSource, staged, piece,
-                                    tiles.eb, tiles.outerDims));
-      rows.after.push_back(makeRow(CopyKind::Copy, staged, inSource, piece,
-                                   tiles.eb, tiles.outerDims));
-      at += piece.numElements() * tiles.eb;
-    }
-    rows.comm.push_back({CommKind::AllReduce, member, 0, total});
-    rows.stagingBytes = total;
-  }
-  return result;
+  return allReduceOf(members, pieces, s, tiles);
 }
 
-/// One in-place reduce-scatter, when every member owns one piece of the same
-/// size and receives it, to be added into its source tile, from every other
-/// member. Each member packs every piece (its own too) in rank order; the
-/// sum over all members of its own piece is what the plan leaves in the
-/// owner's tile (its own partial plus every other's), so it is copied back,
-/// not added.
+/// One in-place reduce-scatter over `members`, rank r's sum being
+/// `byRank[r]`, all of one size and held by every member: each member packs
+/// every piece (its own too) in rank order; the sum over all members of its
+/// own piece is what the step leaves in the owner's tile (its own partial
+/// plus every other's), so it is copied back, not added. When the pieces
+/// in rank order are a member's whole tile, the tile is the buffer.
+std::optional<Piece> reduceScatterOf(const std::vector<int64_t> &members,
+                                     const std::vector<Box> &byRank, size_t s,
+                                     int phase, const TileSet &tiles) {
+  size_t n = members.size();
+  if (!validMembers(members) || byRank.size() != n)
+    return std::nullopt;
+  int64_t chunk = byRank[0].numElements() * tiles.eb;
+  for (const Box &piece : byRank)
+    if (piece.empty() || piece.numElements() * tiles.eb != chunk)
+      return std::nullopt;
+  if (!everyMemberHolds(members, byRank, tiles))
+    return std::nullopt;
+
+  Piece piece =
+      collectivePiece(SegmentMethod::ReduceScatter, s, phase, members);
+  InPlaceCheck inPlace(byRank, tiles);
+  for (size_t rank = 0; rank < n; ++rank) {
+    size_t p = *tiles.position(members[rank]);
+    const Tile &tile = tiles.source[p];
+    DeviceSegment &rows = piece.rows[p];
+    if (inPlace(tile)) {
+      rows.comm.push_back({CommKind::ReduceScatter, members[rank], 0, chunk,
+                           BufferSpace::Source});
+      continue;
+    }
+    for (size_t r = 0; r < n; ++r)
+      rows.before.push_back(
+          makeRow(CopyKind::Copy, inTile(BufferSpace::Source, tile, byRank[r]),
+                  inStaging(r * chunk, byRank[r], tiles.eb), byRank[r],
+                  tiles.eb, tiles.outerDims));
+    rows.comm.push_back({CommKind::ReduceScatter, members[rank], 0, chunk});
+    rows.after.push_back(
+        makeRow(CopyKind::Copy, inStaging(rank * chunk, byRank[rank], tiles.eb),
+                inTile(BufferSpace::Source, tile, byRank[rank]), byRank[rank],
+                tiles.eb, tiles.outerDims));
+    rows.stagingBytes = static_cast<int64_t>(n) * chunk;
+  }
+  return piece;
+}
+
+/// A reduce-scatter step phase in transfers: every member owns one piece
+/// and receives it, to be added into its source tile, from every other
+/// member.
 std::optional<Piece> matchReduceScatter(const Step &step, size_t s, int phase,
                                         const TileSet &tiles) {
   if (step.kind != StepKind::ReduceScatter)
@@ -472,37 +558,46 @@ std::optional<Piece> matchReduceScatter(const Step &step, size_t s, int phase,
     if (!senders[rank].insert(transfer.srcDevice).second)
       return std::nullopt;
   }
-  if (!pieces[0])
-    return std::nullopt;
-  int64_t chunk = pieces[0]->numElements() * tiles.eb;
-  for (size_t r = 0; r < n; ++r)
-    if (!pieces[r] || senders[r].size() != n - 1 ||
-        pieces[r]->numElements() * tiles.eb != chunk)
+  std::vector<Box> byRank;
+  for (size_t r = 0; r < n; ++r) {
+    if (!pieces[r] || senders[r].size() != n - 1)
       return std::nullopt;
-  for (int64_t member : members)
-    for (const std::optional<Box> &piece : pieces)
-      if (!tiles.holds(BufferKind::Source, member, *piece))
-        return std::nullopt;
-
-  Piece piece =
-      collectivePiece(SegmentMethod::ReduceScatter, s, phase, members);
-  for (size_t rank = 0; rank < n; ++rank) {
-    size_t p = *tiles.position(members[rank]);
-    const Tile &tile = tiles.source[p];
-    DeviceSegment &rows = piece.rows[p];
-    for (size_t r = 0; r < n; ++r)
-      rows.before.push_back(
-          makeRow(CopyKind::Copy, inTile(BufferSpace::Source, tile, *pieces[r]),
-                  inStaging(r * chunk, *pieces[r], tiles.eb), *pieces[r],
-                  tiles.eb, tiles.outerDims));
-    rows.comm.push_back({CommKind::ReduceScatter, members[rank], 0, chunk});
-    rows.after.push_back(makeRow(
-        CopyKind::Copy, inStaging(rank * chunk, *pieces[rank], tiles.eb),
-        inTile(BufferSpace::Source, tile, *pieces[rank]), *pieces[rank],
-        tiles.eb, tiles.outerDims));
-    rows.stagingBytes = static_cast<int64_t>(n) * chunk;
+    byRank.push_back(*pieces[r]);
   }
-  return piece;
+  return reduceScatterOf(members, byRank, s, phase, tiles);
+}
+
+/// A symbolic reduction step (Step::pieces) as one collective, read off its
+/// pieces without expanding them: an all-reduce of the pieces, or a
+/// reduce-scatter when every member owns one piece of one size.
+std::optional<Piece> matchSymbolicReduction(const Step &step, size_t s,
+                                            const TileSet &tiles) {
+  const ReductionPieces &pieces = *step.pieces;
+  const std::vector<int64_t> &members = step.devices;
+  if (!validMembers(members) || pieces.owners.size() != pieces.pieces.size() ||
+      pieces.owners.empty())
+    return std::nullopt;
+  for (int64_t owner : pieces.owners)
+    if (!std::binary_search(members.begin(), members.end(), owner))
+      return std::nullopt;
+  if (step.kind == StepKind::AllReduce)
+    return allReduceOf(members, pieces.pieces, s, tiles);
+  if (step.kind != StepKind::ReduceScatter ||
+      pieces.owners.size() != members.size())
+    return std::nullopt;
+  std::vector<std::optional<Box>> byOwner(members.size());
+  for (size_t i = 0; i < pieces.owners.size(); ++i) {
+    size_t rank =
+        std::lower_bound(members.begin(), members.end(), pieces.owners[i]) -
+        members.begin();
+    if (byOwner[rank])
+      return std::nullopt;
+    byOwner[rank] = pieces.pieces[i];
+  }
+  std::vector<Box> byRank;
+  for (std::optional<Box> &piece : byOwner)
+    byRank.push_back(std::move(*piece));
+  return reduceScatterOf(members, byRank, s, /*phase=*/0, tiles);
 }
 
 } // namespace
@@ -988,15 +1083,32 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
 
   // A collective segment writes what the send/recv rows would have; the
   // flags are the plan's either way.
-  for (const Step &step : plan.steps)
+  for (const Step &step : plan.steps) {
+    // A reduction adds into source tiles.
+    schedule.writesSource |= step.isSymbolic();
     for (const Transfer &transfer : step.transfers) {
       if (transfer.accumulate && transfer.dstBuffer == BufferKind::Destination)
         schedule.accumulatesIntoDestination = true;
       if (transfer.dstBuffer == BufferKind::Source)
         schedule.writesSource = true;
     }
+  }
   for (size_t s = 0; s < plan.steps.size(); ++s) {
-    const Step &step = plan.steps[s];
+    // A symbolic reduction is one collective, or its transfers where it
+    // cannot be (sums the runtime does not add, overlapping pieces).
+    std::optional<Step> expanded;
+    if (plan.steps[s].isSymbolic()) {
+      if (options.collectives && options.reductions)
+        if (std::optional<Piece> piece =
+                matchSymbolicReduction(plan.steps[s], s, tiles)) {
+          builder.add(std::move(*piece));
+          continue;
+        }
+      expanded = plan.steps[s];
+      expanded->transfers = stepTransfers(*expanded, plan.elementBytes);
+      expanded->pieces.reset();
+    }
+    const Step &step = expanded ? *expanded : plan.steps[s];
     int maxPhase = 0;
     for (const Transfer &transfer : step.transfers)
       maxPhase = std::max(maxPhase, transfer.phase);

@@ -62,7 +62,8 @@ std::string PlanCache::key(const TensorLayout &source,
   for (int64_t extent : destination.shape())
     absl::StrAppend(&key, ",", extent);
   absl::StrAppend(&key, "|eb=", elementBytes,
-                  "|limit=", options.memoryLimitBytes);
+                  "|limit=", options.memoryLimitBytes,
+                  "|symbolic=", options.symbolicReductions ? 1 : 0);
   return key;
 }
 

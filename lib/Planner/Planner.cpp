@@ -678,11 +678,13 @@ reduceScatterLayout(const TensorLayout &source, const TensorLayout &destination,
   return std::move(*layout);
 }
 
-absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
-                                             const TensorLayout &destination,
-                                             const UnreducedSplit &split,
-                                             int64_t elementBytes,
-                                             PlanBudget &budget) {
+/// The reduction phase of a plan: its kind and reduced layout and, unless
+/// `layoutOnly`, one step per group, symbolic when `symbolic` (pieces, no
+/// transfers).
+absl::StatusOr<ReductionPhase>
+planReduction(const TensorLayout &source, const TensorLayout &destination,
+              const UnreducedSplit &split, int64_t elementBytes, bool symbolic,
+              bool layoutOnly, PlanBudget &budget) {
   ReductionPhase phase;
   Sharding groupSharding = source.sharding();
   groupSharding.unreduced = split.reduce;
@@ -714,6 +716,9 @@ absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
     phase.reduced = *layout;
   }
 
+  if (layoutOnly)
+    return phase;
+
   // pieces[i] is reduced onto owners[i].
   auto piecesOf = [&](const std::vector<int64_t> &members, const Box &box,
                       std::vector<Box> &pieces, std::vector<int64_t> &owners) {
@@ -734,7 +739,8 @@ absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
   };
   // Count the steps' transfers before making any: phase 0, every member
   // sends each piece it does not own; phase 1 (an all-reduce), each owner
-  // sends its piece to the n - 1 others.
+  // sends its piece to the n - 1 others. A symbolic step holds its pieces
+  // alone.
   std::vector<Box> pieces;
   std::vector<int64_t> owners;
   for (const std::vector<int64_t> &members : groups) {
@@ -745,8 +751,9 @@ absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
     piecesOf(members, box, pieces, owners);
     int64_t p = static_cast<int64_t>(pieces.size());
     bool gathers = phase.kind == StepKind::AllReduce;
-    if (!budget.add(n * p - p + (gathers ? p : 0),
-                    n * p - p + (gathers ? p * (n - 1) : 0)))
+    if (!(symbolic ? budget.add(p, p)
+                   : budget.add(n * p - p + (gathers ? p : 0),
+                                n * p - p + (gathers ? p * (n - 1) : 0))))
       return budget.error();
   }
 
@@ -756,9 +763,12 @@ absl::StatusOr<ReductionPhase> planReduction(const TensorLayout &source,
     if (n < 2 || box.empty())
       continue;
     piecesOf(members, box, pieces, owners);
-    Step step{phase.kind, 0, members,
-              expandReductionPieces(phase.kind, members, {owners, pieces},
-                                    elementBytes)};
+    Step step{phase.kind, 0, members, {}};
+    if (symbolic)
+      step.pieces = ReductionPieces{owners, pieces};
+    else
+      step.transfers = expandReductionPieces(phase.kind, members,
+                                             {owners, pieces}, elementBytes);
     phase.lowerBoundElements += (n - 1) * box.numElements();
     if (phase.kind == StepKind::AllReduce)
       phase.lowerBoundElements += (n - 1) * box.numElements();
@@ -1398,6 +1408,22 @@ Step localStep(StepKind kind, std::vector<Transfer> transfers, int64_t chunk) {
 // planReshard
 //===----------------------------------------------------------------------===//
 
+absl::StatusOr<std::optional<TensorLayout>>
+reducedLayoutOf(const TensorLayout &source, const TensorLayout &destination) {
+  if (source.shape() != destination.shape())
+    return absl::InvalidArgumentError("source and destination shapes differ");
+  UnreducedSplit split = splitUnreduced(source, destination);
+  if (split.reduce.empty())
+    return std::optional<TensorLayout>();
+  PlanBudget budget;
+  absl::StatusOr<ReductionPhase> reduction =
+      planReduction(source, destination, split, /*elementBytes=*/1,
+                    /*symbolic=*/true, /*layoutOnly=*/true, budget);
+  if (!reduction.ok())
+    return reduction.status();
+  return std::move(reduction->reduced);
+}
+
 absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
                                          const TensorLayout &destination,
                                          int64_t elementBytes,
@@ -1453,8 +1479,11 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   std::vector<Step> reductionSteps;
   const TensorLayout *readLayout = &source;
   if (!split.reduce.empty()) {
+    // The chunker splits transfers: under a memory limit they are explicit.
+    bool symbolic = options.symbolicReductions && options.memoryLimitBytes == 0;
     absl::StatusOr<ReductionPhase> reduction =
-        planReduction(source, destination, split, elementBytes, budget);
+        planReduction(source, destination, split, elementBytes, symbolic,
+                      /*layoutOnly=*/false, budget);
     if (!reduction.ok())
       return reduction.status();
     plan.reducedLayout = std::move(reduction->reduced);

@@ -8,6 +8,7 @@
 
 #include "DeviceIndex.h"
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -127,6 +128,22 @@ std::optional<ReductionPieces> findReductionPieces(const Step &step,
   return found;
 }
 
+std::vector<Transfer> stepTransfers(const Step &step, int64_t elementBytes) {
+  if (!step.pieces)
+    return step.transfers;
+  return expandReductionPieces(step.kind, step.devices, *step.pieces,
+                               elementBytes);
+}
+
+void expandSymbolicSteps(TransferPlan &plan) {
+  for (Step &step : plan.steps)
+    if (step.pieces) {
+      step.transfers = expandReductionPieces(step.kind, step.devices,
+                                             *step.pieces, plan.elementBytes);
+      step.pieces.reset();
+    }
+}
+
 void recomputePlanStats(TransferPlan &plan) {
   // Number the devices from the steps' participant lists, which are much
   // shorter than the transfers' endpoint lists; a hand-made step whose list
@@ -146,6 +163,54 @@ void recomputePlanStats(TransferPlan &plan) {
 }
 
 namespace {
+/// What the transfers of a symbolic reduction step add to the totals, in
+/// O(members + pieces): in phase 0 every member sends each piece it does
+/// not own to its owner; in an all-reduce's phase 1 each owner sends its
+/// piece to the n - 1 others.
+template <typename Stage>
+bool addSymbolicStats(const Step &step, TransferPlan &plan,
+                      const DeviceIndex &index, std::vector<DeviceStats> &stats,
+                      Stage &stage) {
+  const ReductionPieces &pieces = *step.pieces;
+  int64_t n = static_cast<int64_t>(step.devices.size());
+  int64_t total = 0;
+  // By device id: a map, not a vector over the index, so that a plan of
+  // many small groups stays linear.
+  absl::flat_hash_map<int64_t, int64_t> ownedBy;
+  for (size_t i = 0; i < pieces.owners.size(); ++i) {
+    int64_t bytes = pieces.pieces[i].numElements() * plan.elementBytes;
+    if (index.at(pieces.owners[i]) < 0)
+      return false;
+    total += bytes;
+    ownedBy[pieces.owners[i]] += bytes;
+  }
+  bool gathers = step.kind == StepKind::AllReduce;
+  int phases = gathers ? 2 : 1;
+  plan.bytesMoved += phases * (n - 1) * total;
+  for (int64_t member : step.devices) {
+    int32_t d = index.at(member);
+    if (d < 0)
+      return false;
+    auto it = ownedBy.find(member);
+    int64_t owned = it == ownedBy.end() ? 0 : it->second;
+    // Sent in phase 0 and, for an all-reduce, received in phase 1.
+    int64_t others = total - owned;
+    stats[d].sendBytes += others;
+    if (gathers)
+      stats[d].recvBytes += others;
+    if (others > 0)
+      stage(d, phases * others);
+    // Received in phase 0 and sent in phase 1: its own pieces.
+    if (owned > 0) {
+      stats[d].recvBytes += (n - 1) * owned;
+      if (gathers)
+        stats[d].sendBytes += (n - 1) * owned;
+      stage(d, (n - 1) * owned + (gathers ? owned : 0));
+    }
+  }
+  return true;
+}
+
 /// Fills the totals; false when a transfer endpoint is not in `index`.
 bool recomputeWithIndex(TransferPlan &plan, const DeviceIndex &index) {
   plan.bytesMoved = 0;
@@ -181,6 +246,11 @@ bool recomputeWithIndex(TransferPlan &plan, const DeviceIndex &index) {
     }
     ++plan.stepCounts[static_cast<int>(step.kind)];
     plan.numChunks = std::max(plan.numChunks, step.chunk + 1);
+    if (step.pieces) {
+      if (!addSymbolicStats(step, plan, index, stats, stage))
+        return false;
+      continue;
+    }
     for (const Transfer &transfer : step.transfers) {
       if (transfer.isLocal() || transfer.bytes == 0)
         continue;
@@ -323,6 +393,10 @@ std::string formatPlan(const TransferPlan &plan) {
       absl::StrAppend(&out, " root=", step.root());
     absl::StrAppend(&out, " devices=[", absl::StrJoin(step.devices, ", "),
                     "]\n");
+    if (step.pieces)
+      for (size_t i = 0; i < step.pieces->owners.size(); ++i)
+        absl::StrAppend(&out, "    piece ", describe(step.pieces->pieces[i]),
+                        " summed onto ", step.pieces->owners[i], "\n");
     for (const Transfer &transfer : step.transfers) {
       absl::StrAppend(&out, "    ");
       if (transfer.phase != 0)

@@ -356,6 +356,13 @@ PlanExecutor::create(const TransferPlan &plan, const TensorLayout &source,
   if (plan.elementBytes <= 0)
     return absl::InvalidArgumentError(absl::StrCat(
         "plan element size must be positive, got ", plan.elementBytes));
+  // The executor interprets transfers: symbolic reductions are expanded.
+  if (std::any_of(plan.steps.begin(), plan.steps.end(),
+                  [](const Step &step) { return step.isSymbolic(); })) {
+    TransferPlan expanded = plan;
+    expandSymbolicSteps(expanded);
+    return create(expanded, source, destination, options);
+  }
   auto prepared =
       std::make_shared<Prepared>(plan, source, destination, options);
 

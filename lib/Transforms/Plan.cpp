@@ -72,8 +72,8 @@ ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan,
     SmallVector<int64_t> owners, corners;
     // A reduction is written as its pieces where they determine its
     // transfers: n pieces for a group of n instead of about n^2 transfers.
-    std::optional<planner::ReductionPieces> pieces;
-    if (reductionPieces)
+    std::optional<planner::ReductionPieces> pieces = step.pieces;
+    if (reductionPieces && !pieces)
       pieces = planner::findReductionPieces(step, plan.elementBytes);
     if (pieces) {
       owners.assign(pieces->owners.begin(), pieces->owners.end());
@@ -249,6 +249,7 @@ public:
     SymbolTableCollection symbols;
     planner::PlanOptions options;
     options.memoryLimitBytes = memoryLimitBytes;
+    options.symbolicReductions = reductionPieces;
     std::string stats, plans;
     std::map<std::pair<int64_t, int64_t>, int64_t> traffic;
     bool failedAny = false;
@@ -346,6 +347,12 @@ private:
     // plan counts its cell: what the IR holds and the lowering schedules.
     int64_t transfers = 0, receivers = 0;
     for (const planner::Step &step : (*plan)->steps) {
+      // A symbolic step is lowered from its pieces.
+      if (step.pieces) {
+        transfers += step.pieces->owners.size();
+        receivers += step.pieces->owners.size();
+        continue;
+      }
       transfers += step.transfers.size();
       for (const planner::Transfer &transfer : step.transfers)
         receivers += transfer.dstDevices.size();
@@ -367,17 +374,18 @@ private:
 
     // Reports only when asked for: on a pod their text costs as much as
     // planning. They describe the whole plan, every cell of a batch.
+    // They list every transfer, symbolic reductions expanded.
     if (!statsFile.empty() || printPlan || !commMatrix.empty()) {
-      std::optional<planner::TransferPlan> expanded;
+      planner::TransferPlan whole = **plan;
+      planner::expandSymbolicSteps(whole);
       if (batch) {
-        absl::StatusOr<planner::TransferPlan> whole =
-            planner::expandBatchedPlan(**plan, *batch, *from, *to);
-        if (!whole.ok())
-          return emit() << std::string(whole.status().message());
-        expanded = std::move(*whole);
+        absl::StatusOr<planner::TransferPlan> expanded =
+            planner::expandBatchedPlan(whole, *batch, *from, *to);
+        if (!expanded.ok())
+          return emit() << std::string(expanded.status().message());
+        whole = std::move(*expanded);
       }
-      report(reshard, type, source, destination, expanded ? *expanded : **plan,
-             stats, plans, traffic);
+      report(reshard, type, source, destination, whole, stats, plans, traffic);
     }
 
     OpBuilder builder(reshard);

@@ -9,7 +9,7 @@
 // An all-gather of equal row blocks: one polymesh_rt_all_gather.
 polymesh.mesh @m4 = <["x"=4]>
 
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_gather__plan0_members(dense<[0, 1, 2, 3, -1, 0, 1, 2, -2, -1, 0, 1, -3, -2, -1, 0]> : tensor<16xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_gather__plan0_members(dense<[0, 1, 2, 3]> : tensor<4xi64>)
 // CHECK-LABEL: llvm.func @gather__part0(
 // CHECK: llvm.call @polymesh_rt_staging
 // CHECK: llvm.call @polymesh_rt_all_gather(
@@ -65,7 +65,7 @@ func.func @matmul_sum(%a: tensor<4x6xf32> {polymesh.sharding = #polymesh.shardin
 // A bf16 all-reduce of partials over 4 devices: dtype POLYMESH_RT_BF16 = 3.
 polymesh.mesh @m4 = <["x"=4]>
 
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_sum_bf16__plan0_members(dense<[0, 1, 2, 3, -1, 0, 1, 2, -2, -1, 0, 1, -3, -2, -1, 0]> : tensor<16xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_sum_bf16__plan0_members(dense<[0, 1, 2, 3]> : tensor<4xi64>)
 // CHECK-LABEL: llvm.func @sum_bf16__part0(
 // CHECK-DAG: %[[BF16:[0-9]+]] = llvm.mlir.constant(3 : i32) : i32
 // CHECK-DAG: %[[SUM:[0-9]+]] = llvm.mlir.constant(0 : i32) : i32
@@ -134,12 +134,13 @@ func.func @sum_i16(%p: tensor<4x4xi16> {polymesh.sharding = #polymesh.sharding<@
 // Two collectives in one function share one stack buffer for their groups'
 // device ids, in the entry block, grown to the larger group: the all-gather
 // over "b" (groups of 2) is lowered first, the one over "x" (4) then grows
-// the buffer to 4 entries. The members tables are relative to the device.
+// the buffer to 4 entries. Each members table holds its group's shape
+// once (ids relative to the first member).
 polymesh.mesh @m4 = <["x"=4]>
 polymesh.mesh @m22 = <["a"=2, "b"=2]>
 
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_two_gathers__plan0_members(dense<[0, 1, -1, 0]> : tensor<4xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_two_gathers__plan1_members(dense<[0, 1, 2, 3, -1, 0, 1, 2, -2, -1, 0, 1, -3, -2, -1, 0]> : tensor<16xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_two_gathers__plan0_members(dense<[0, 1]> : tensor<2xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_two_gathers__plan1_members(dense<[0, 1, 2, 3]> : tensor<4xi64>)
 // CHECK-LABEL: llvm.func @two_gathers__part0(
 // CHECK: %[[SIZE:[0-9]+]] = llvm.mlir.constant(4 : i64) : i64
 // CHECK-NEXT: %[[GROUP:[0-9]+]] = llvm.alloca %[[SIZE]] x i64

@@ -9,8 +9,8 @@ polymesh.mesh @pod = <["dp"=4, "fsdp"=4, "tp"=2]>
 
 // The all-gather of "fsdp": four blocks (one per fsdp coordinate), the
 // same in every (dp, tp) cell; each block's group is its cell's four
-// "fsdp" devices, relative to the device (steps of 2).
-// CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_members : memref<16xi64> = dense<[0, 2, 4, 6, -2, 0, 2, 4, -4, -2, 0, 2, -6, -4, -2, 0]>
+// "fsdp" devices, one shape for all (steps of 2), block r being rank r.
+// CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_members : memref<4xi64> = dense<[0, 2, 4, 6]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_blocks : memref<32xi64> = dense<[0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 1, 1, 2, 2, 3, 3]>
 func.func @gather_fsdp(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.sharding<@pod, [{"dp", "fsdp"}, {"tp"}]>}) -> tensor<64x48xf32> {
   %0 = polymesh.reshard %x <@pod, [{"dp"}, {"tp"}]> : tensor<64x48xf32>
@@ -19,7 +19,7 @@ func.func @gather_fsdp(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.shar
 
 // The sum over "dp": four blocks (one per dp coordinate), groups of the
 // four "dp" devices 8 apart.
-// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_members : memref<16xi64> = dense<[0, 8, 16, 24, -8, 0, 8, 16, -16, -8, 0, 8, -24, -16, -8, 0]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_members : memref<4xi64> = dense<[0, 8, 16, 24]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_blocks : memref<32xi64> = dense<[0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3]>
 // CHECK-LABEL: func.func @gather_fsdp__part0
 // CHECK-LABEL: func.func @reduce_dp__part0

@@ -8,9 +8,12 @@
 // to_tensor of the result. One case per kind of communication.
 
 // An all-gather over a mesh with odd ids: every device's rank in the
-// group differs, so 4 blocks; members are ids relative to the device.
+// group differs, so 4 blocks; the group is stored once, as ids relative to
+// its first member, and each block's range row ends with (members begin,
+// end, the device's rank).
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_blocks : memref<4xi64> = dense<[0, 1, 2, 3]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_members : memref<16xi64> = dense<[0, 1, 2, 3, -1, 0, 1, 2, -2, -1, 0, 1, -3, -2, -1, 0]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_members : memref<4xi64> = dense<[0, 1, 2, 3]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_ranges : memref<8x10xi64> = dense<{{\[\[}}0, 0, 0, 0, 0, 1, 0, 0, 0, 0], [5, 5, 1, 1, 5, 6, 5, 0, 0, 0], [10, 10, 2, 2, 10, 11, 10, 0, 0, 0], [15, 15, 3, 3, 15, 16, 15, 0, 0, 0], [1, 2, 0, 1, 2, 5, 1, 0, 4, 0], [6, 7, 1, 2, 7, 10, 6, 0, 4, 1], [11, 12, 2, 3, 12, 15, 11, 0, 4, 2], [16, 17, 3, 4, 17, 20, 16, 0, 4, 3]]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_comms : memref<4x8xi64> = dense<{{\[\[}}3, 0, 0, 128, 0, 2, 0, 0], [3, 0, 0, 128, 1, 2, 0, 0], [3, 0, 0, 128, 2, 2, 0, 0], [3, 0, 0, 128, 3, 2, 0, 0]]>
 // CHECK-LABEL: func.func @all_gather__part0(
 // CHECK-SAME: %[[RT:.*]]: !llvm.ptr, %[[DEV:.*]]: i64, %[[POS:.*]]: index, %[[IN:.*]]: tensor<4x8xf32>) -> tensor<16x8xf32>
@@ -44,7 +47,7 @@ func.func @all_gather(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.shardi
 // devices of a group differ by rank only, so 2 blocks. The plan sums into
 // its source: the source tile is copied first (malloc, memcpy) and freed.
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_blocks : memref<4xi64> = dense<[0, 1, 0, 1]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_members : memref<4xi64> = dense<[0, 1, -1, 0]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_members : memref<2xi64> = dense<[0, 1]>
 // CHECK-LABEL: func.func @all_reduce__part0(
 // CHECK: %[[COPY:.*]] = llvm.call @malloc(%{{.*}}) : (i64) -> !llvm.ptr
 // CHECK: "llvm.intr.memcpy"(%[[COPY]],
@@ -65,8 +68,13 @@ func.func @all_reduce(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.shardi
 
 // -----
 
-// Partial sums over all of "x" to row blocks: one reduce-scatter in place.
-// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_comms : memref<4x8xi64> = dense<{{\[\[}}5, 0, 0, 128, 0, 2, 0, 0], [5, 0, 0, 128, 1, 2, 0, 0], [5, 0, 0, 128, 2, 2, 0, 0], [5, 0, 0, 128, 3, 2, 0, 0]]>
+// Partial sums over all of "x" to row blocks: one reduce-scatter in place
+// in the (copied) source tile, space 0, whose row blocks are the pieces in
+// rank order: nothing packed or unpacked. The one copy row per block is
+// the local copy of the device's summed row block (source offset r * 128)
+// into its result.
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_comms : memref<4x8xi64> = dense<{{\[\[}}5, 0, 0, 128, 0, 0, 0, 0], [5, 0, 0, 128, 1, 0, 0, 0], [5, 0, 0, 128, 2, 0, 0, 0], [5, 0, 0, 128, 3, 0, 0, 0]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_copies : memref<4x9xi64> = dense<{{\[\[}}0, 0, 0, 1, 0, 128, 1, 0, 0], [0, 0, 128, 1, 0, 128, 1, 0, 0], [0, 0, 256, 1, 0, 128, 1, 0, 0], [0, 0, 384, 1, 0, 128, 1, 0, 0]]>
 // CHECK-LABEL: func.func @reduce_scatter__part0(
 // CHECK-SAME: tensor<16x8xf32>) -> tensor<4x8xf32>
 // CHECK: llvm.call @malloc
@@ -87,7 +95,7 @@ func.func @reduce_scatter(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sh
 // training mesh, both groups side by side, in place (space 0 on the roots,
 // space 1 on the receivers). Both classes share the plan's tables.
 // CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_blocks : memref<8xi64> = dense<[0, 0, 1, 1, 2, 2, 3, 3]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_members : memref<16xi64> = dense<[0, 2, 4, 6, -2, 0, 2, 4, -4, -2, 0, 2, -6, -4, -2, 0]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_members : memref<4xi64> = dense<[0, 2, 4, 6]>
 // CHECK-LABEL: func.func @broadcast__part0(
 // CHECK: llvm.call @polymesh_rt_broadcast(
 // CHECK-NOT: llvm.call @polymesh_rt_broadcast(

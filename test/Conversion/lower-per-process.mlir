@@ -6,7 +6,8 @@
 // the tables hold rows for those devices only. Every other position of the
 // `blocks` table is -1: another process runs it, and its module has the
 // rows. Positions still count every device of the function's meshes, and
-// a collective's group still names every member, relative to the device.
+// a collective's group still names every member (its shape, relative to
+// the first member).
 
 // The Orbax restore on 8 devices as the process that owns devices 2-4:
 // devices 2 and 3 receive the broadcasts in groups [0, 2, 4, 6] and
@@ -17,7 +18,7 @@ polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
 polymesh.mesh @train = <["dp"=4, "tp"=2]>
 
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[-1, -1, 0, 0, 1, -1, -1, -1]> : tensor<8xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members(dense<[-2, 0, 2, 4, -4, -2, 0, 2]> : tensor<8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members(dense<[0, 2, 4, 6]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, -2, 0, 1024, 0, 1, 0, 0], [2, -4, 0, 1024, 0, 1, 0, 0]]> : tensor<2x8xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<0> : tensor<2xi64>)
 // The NCCL world communicator still spans the function's 8 devices.

@@ -1,5 +1,5 @@
 // RUN: split-file --leading-lines %s %t
-// RUN: polymesh-opt %t/reshards.mlir --polymesh-plan=batch-min-devices=0 -split-input-file -verify-diagnostics
+// RUN: polymesh-opt %t/reshards.mlir '--polymesh-plan=batch-min-devices=0 reduction-pieces=false' -split-input-file -verify-diagnostics
 // RUN: polymesh-opt %t/chunks.mlir --polymesh-plan=memory-limit-bytes=4 -verify-diagnostics
 // RUN: polymesh-opt %t/chunks.mlir '--polymesh-plan=memory-limit-bytes=4194304 print-plan' -o /dev/null | FileCheck %s
 
@@ -8,9 +8,10 @@
 // them, so a reshard over the limit fails in about a second with a few
 // hundred MB instead of running out of memory: before the limit, the
 // all-gather below tried to list 2^40 receivers, and 16,384 devices were
-// enough to be killed at 8 GB. Batching is off: batched, the all-reduce is
-// one cell of 2^20 transfers per group, which the limits allow
-// (docs/limits.md, "Batched plans").
+// enough to be killed at 8 GB. Batching and pieces are off: batched, the
+// all-reduce is one cell of 2^20 transfers per group, and written as its
+// pieces (the default) it is 2^20 pieces in all, both of which the limits
+// allow (docs/limits.md, "Batched plans").
 
 //--- reshards.mlir
 polymesh.mesh @m = <["a"=1024, "b"=1024]>

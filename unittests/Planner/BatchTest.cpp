@@ -123,6 +123,33 @@ TEST(BatchTest, PodReshards) {
   EXPECT_EQ(plan.bytesMoved, 64 * 48 * 4);
 }
 
+// A symbolic cell plan (pieces, no transfers) moves to every cell as
+// pieces: owners by the cell's device table, boxes by its shift. The whole
+// plan runs as the planner's own and stays symbolic.
+TEST(BatchTest, SymbolicReductionsMoveAsPieces) {
+  Mesh mesh{{{"r", 3}, {"x", 2}, {"y", 2}},
+            {7, 3, 11, 0, 5, 9, 1, 4, 10, 2, 8, 6}};
+  std::vector<int64_t> shape = {10, 6};
+  PlanOptions symbolic;
+  symbolic.symbolicReductions = true;
+  TensorLayout partial = layout(mesh, {{"y"}, {}}, shape, {"x"});
+  for (const TensorLayout &to : {layout(mesh, {{"y"}, {}}, shape),
+                                 layout(mesh, {{"y", "x"}, {}}, shape)}) {
+    std::vector<BatchAxis> axes = findBatchAxes(partial, to);
+    ASSERT_FALSE(axes.empty()) << describe(to);
+    TransferPlan plan = checkBatched(partial, to, axes, 4, symbolic);
+    int64_t reductions = 0;
+    for (const Step &step : plan.steps)
+      if (step.kind == StepKind::AllReduce ||
+          step.kind == StepKind::ReduceScatter) {
+        EXPECT_TRUE(step.isSymbolic()) << formatPlan(plan);
+        ++reductions;
+      }
+    // One group of "x" per ("r", "y") cell.
+    EXPECT_EQ(reductions, 6) << formatPlan(plan);
+  }
+}
+
 TEST(BatchTest, ReplicatedAxesAndOddIds) {
   // "r" replicates both layouts; ids are a permutation.
   Mesh mesh{{{"r", 3}, {"x", 2}, {"y", 2}},

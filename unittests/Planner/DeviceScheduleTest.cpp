@@ -871,7 +871,8 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
   std::vector<StepPhase> phases;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     int maxPhase = 0;
-    for (const Transfer &transfer : plan.steps[s].transfers)
+    for (const Transfer &transfer :
+         stepTransfers(plan.steps[s], plan.elementBytes))
       maxPhase = std::max(maxPhase, transfer.phase);
     for (int phase = 0; phase <= maxPhase; ++phase)
       phases.push_back({s, phase});
@@ -947,7 +948,7 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
   // The flags follow from the plan's transfers.
   bool writesSource = false, accumulates = false;
   for (const Step &step : plan.steps)
-    for (const Transfer &transfer : step.transfers) {
+    for (const Transfer &transfer : stepTransfers(step, plan.elementBytes)) {
       writesSource |= transfer.dstBuffer == BufferKind::Source;
       accumulates |=
           transfer.accumulate && transfer.dstBuffer == BufferKind::Destination;
@@ -1682,7 +1683,7 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
     kCases = std::atoi(cases);
   SplitMix64 rng(kSeed);
   RunStats totals;
-  int withExtras = 0, limited = 0, reductions = 0, rank4 = 0;
+  int withExtras = 0, limited = 0, reductions = 0, rank4 = 0, symbolicSteps = 0;
   for (int i = 0; i < kCases; ++i) {
     RandomReshardOptions options;
     if (i % 5 == 4) {
@@ -1707,9 +1708,17 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
         describe(c.destination), "  elementBytes=", c.elementBytes,
         " limit=", c.options.memoryLimitBytes, " extra devices [",
         absl::StrJoin(extra, ", "), "]");
+    // Every other case keeps reductions symbolic (their pieces, no
+    // transfers), as --polymesh-plan does: the schedule reads them off the
+    // pieces, or expands them where no collective fits.
+    PlanOptions planOptions = c.options;
+    planOptions.symbolicReductions = i % 3 != 0;
+    what += absl::StrCat(" symbolic=", planOptions.symbolicReductions);
     absl::StatusOr<TransferPlan> plan =
-        planReshard(c.source, c.destination, c.elementBytes, c.options);
+        planReshard(c.source, c.destination, c.elementBytes, planOptions);
     ASSERT_TRUE(plan.ok()) << what << "\n" << plan.status();
+    for (const Step &step : plan->steps)
+      symbolicSteps += step.isSymbolic();
     // Most cases use every collective; some run as a backend without
     // collective sums would, or without collectives at all.
     ScheduleOptions scheduleOptions;
@@ -1755,7 +1764,9 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   EXPECT_GT(totals.allGatherSegments, 50);
   EXPECT_GT(totals.allReduceSegments, 20);
   EXPECT_GT(totals.reduceScatterSegments, 2);
+  EXPECT_GT(symbolicSteps, 20);
   RecordProperty("with_extra_devices", withExtras);
+  RecordProperty("symbolic_steps", symbolicSteps);
   RecordProperty("memory_limited", limited);
   RecordProperty("reductions", reductions);
   RecordProperty("rank4", rank4);

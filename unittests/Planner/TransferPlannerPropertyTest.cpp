@@ -87,7 +87,7 @@ TEST(TransferPlannerProperty, RandomReshards) {
   constexpr int kCases = 12000;
   SplitMix64 rng(0x9013e5);
   int limited = 0, chunked = 0, reductions = 0, identities = 0, symbolic = 0,
-      unlimitedReductions = 0;
+      unlimitedReductions = 0, keptSymbolic = 0;
   std::array<int64_t, kNumStepKinds> kinds{};
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kCases; ++i) {
@@ -148,6 +148,51 @@ TEST(TransferPlannerProperty, RandomReshards) {
       }
       symbolic += pieces.has_value();
     }
+
+    // Planned symbolically, the same plan: the same totals, and the same
+    // steps once the pieces are expanded.
+    PlanOptions symbolicOptions = c.options;
+    symbolicOptions.symbolicReductions = true;
+    absl::StatusOr<TransferPlan> kept =
+        planReshard(c.source, c.destination, c.elementBytes, symbolicOptions);
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    ASSERT_EQ(kept->bytesMoved, plan->bytesMoved);
+    ASSERT_EQ(kept->maxSendBytes, plan->maxSendBytes);
+    ASSERT_EQ(kept->maxRecvBytes, plan->maxRecvBytes);
+    ASSERT_EQ(kept->peakTempBytes, plan->peakTempBytes);
+    ASSERT_EQ(kept->perDevice.size(), plan->perDevice.size());
+    for (size_t d = 0; d < plan->perDevice.size(); ++d) {
+      ASSERT_EQ(kept->perDevice[d].device, plan->perDevice[d].device);
+      ASSERT_EQ(kept->perDevice[d].sendBytes, plan->perDevice[d].sendBytes);
+      ASSERT_EQ(kept->perDevice[d].recvBytes, plan->perDevice[d].recvBytes);
+      ASSERT_EQ(kept->perDevice[d].peakTempBytes,
+                plan->perDevice[d].peakTempBytes);
+    }
+    bool anySymbolic = false;
+    for (const Step &step : kept->steps)
+      anySymbolic |= step.isSymbolic();
+    ASSERT_EQ(anySymbolic,
+              c.options.memoryLimitBytes == 0 && plan->reducesInPlace)
+        << formatPlan(*kept);
+    keptSymbolic += anySymbolic;
+    expandSymbolicSteps(*kept);
+    ASSERT_EQ(kept->steps.size(), plan->steps.size());
+    for (size_t s = 0; s < plan->steps.size(); ++s) {
+      const Step &a = kept->steps[s], &b = plan->steps[s];
+      ASSERT_TRUE(a.kind == b.kind && a.chunk == b.chunk &&
+                  a.devices == b.devices &&
+                  a.transfers.size() == b.transfers.size())
+          << "step " << s;
+      for (size_t t = 0; t < a.transfers.size(); ++t) {
+        const Transfer &x = a.transfers[t], &y = b.transfers[t];
+        ASSERT_TRUE(x.srcDevice == y.srcDevice &&
+                    x.dstDevices == y.dstDevices && x.box == y.box &&
+                    x.bytes == y.bytes && x.srcBuffer == y.srcBuffer &&
+                    x.dstBuffer == y.dstBuffer &&
+                    x.accumulate == y.accumulate && x.phase == y.phase)
+            << "step " << s << " transfer " << t;
+      }
+    }
   }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -156,7 +201,8 @@ TEST(TransferPlannerProperty, RandomReshards) {
             << " s: " << limited << " under a memory limit, " << chunked
             << " in more than two chunks, " << reductions << " reducing, "
             << identities << " identity, " << symbolic
-            << " symbolic reductions;";
+            << " symbolic reductions, " << keptSymbolic
+            << " plans kept symbolic;";
   for (int k = 0; k < kNumStepKinds; ++k)
     std::cout << " " << stepKindName(static_cast<StepKind>(k)) << "="
               << kinds[k];
@@ -167,6 +213,7 @@ TEST(TransferPlannerProperty, RandomReshards) {
   EXPECT_GT(chunked, kCases / 20);
   EXPECT_GT(unlimitedReductions, kCases / 20);
   EXPECT_GE(symbolic, unlimitedReductions);
+  EXPECT_GT(keptSymbolic, kCases / 20);
   for (int k = 0; k < kNumStepKinds; ++k)
     EXPECT_GT(kinds[k], 0) << stepKindName(static_cast<StepKind>(k));
 }

@@ -104,7 +104,8 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
       collapsed to as few runs as both tiles allow), a row per runtime call,
       each segment's row ranges, each staging size and each collective
       group. They are stored per distinct *block* (a device's rows, with
-      peers, ranks and group members relative to the device), which a
+      peers and ranks relative to the device, groups by their shape and the
+      device's rank in them), which a
       table indexed by the device's position picks, so devices that do the
       same thing share rows. Tables are stored once per plan and shared by
       every class of devices that runs it. They hold the rows of the

@@ -31,9 +31,14 @@ struct PlanOptions {
   /// Most staging (pack + unpack) bytes any device may hold at once;
   /// 0 means unlimited. Transfers larger than this are split into chunks.
   int64_t memoryLimitBytes = 0;
+  /// Reduction steps stay symbolic (Step::pieces, no transfers) when no
+  /// memory limit splits them into chunks: a sum over n devices costs O(n),
+  /// not O(n^2), in the plan and in everything that reads it.
+  bool symbolicReductions = false;
 
   bool operator==(const PlanOptions &other) const {
-    return memoryLimitBytes == other.memoryLimitBytes;
+    return memoryLimitBytes == other.memoryLimitBytes &&
+           symbolicReductions == other.symbolicReductions;
   }
 };
 
@@ -55,6 +60,12 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
                                          const TensorLayout &destination,
                                          int64_t elementBytes,
                                          const PlanOptions &options = {});
+
+/// The layout a plan from `source` to `destination` reduces into
+/// (TransferPlan::reducedLayout) without planning it: nullopt when nothing
+/// is reduced. Errors as planReshard's for layouts it cannot reduce.
+absl::StatusOr<std::optional<TensorLayout>>
+reducedLayoutOf(const TensorLayout &source, const TensorLayout &destination);
 
 /// Splits `box` into sub-boxes of at most `maxElements` elements each,
 /// cutting along its outermost non-unit dimension first (so sub-boxes are

@@ -104,7 +104,18 @@ struct Transfer {
   }
 };
 
-/// One step of a plan: a collective over `devices`, made of `transfers`.
+/// A reduction step (AllReduce or ReduceScatter) in its symbolic form: the
+/// pieces of the group's box and the member each is summed onto, in the
+/// order of `owners`. Its transfers follow from them
+/// (expandReductionPieces), so a plan stores O(members) numbers per group
+/// instead of O(members^2) transfers.
+struct ReductionPieces {
+  std::vector<int64_t> owners;
+  std::vector<Box> pieces;
+};
+
+/// One step of a plan: a collective over `devices`, made of `transfers`, or
+/// of `pieces` (a symbolic reduction).
 struct Step {
   StepKind kind = StepKind::SendRecv;
   /// Chunk index: steps of one chunk share the staging memory budget.
@@ -112,6 +123,13 @@ struct Step {
   /// Participant device ids, sorted.
   std::vector<int64_t> devices;
   std::vector<Transfer> transfers;
+  /// A symbolic AllReduce or ReduceScatter (PlanOptions::symbolicReductions):
+  /// `transfers` is empty and stands for
+  /// expandReductionPieces(kind, devices, *pieces). A group of n members
+  /// costs O(n) numbers instead of O(n^2) transfers.
+  std::optional<ReductionPieces> pieces;
+
+  bool isSymbolic() const { return pieces.has_value(); }
 
   /// Root of a Broadcast step (the sender of its transfers).
   int64_t root() const {
@@ -177,16 +195,6 @@ struct TransferPlan {
   }
 };
 
-/// A reduction step (AllReduce or ReduceScatter) in its symbolic form: the
-/// pieces of the group's box and the member each is summed onto, in the
-/// order of `owners`. Its transfers follow from them
-/// (expandReductionPieces), so a plan stores O(members) numbers per group
-/// instead of O(members^2) transfers.
-struct ReductionPieces {
-  std::vector<int64_t> owners;
-  std::vector<Box> pieces;
-};
-
 /// The transfers of a reduction step over `devices` (sorted): phase 0, every
 /// member (in `devices` order) sends each piece it does not own to its
 /// owner, which adds it into its source buffer; an AllReduce then (phase 1)
@@ -200,6 +208,12 @@ std::vector<Transfer> expandReductionPieces(StepKind kind,
 /// shape).
 std::optional<ReductionPieces> findReductionPieces(const Step &step,
                                                    int64_t elementBytes);
+
+/// The step's transfers, the symbolic ones expanded.
+std::vector<Transfer> stepTransfers(const Step &step, int64_t elementBytes);
+/// Replaces every symbolic step of `plan` by its transfers, for consumers
+/// that walk transfers (the simulator, the plan executor).
+void expandSymbolicSteps(TransferPlan &plan);
 
 /// Recomputes bytesMoved, send/recv/peak totals, per-device stats, step
 /// counts and numChunks from `plan.steps`.

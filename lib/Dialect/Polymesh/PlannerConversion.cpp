@@ -119,21 +119,6 @@ planner::StepKind polymesh::toPlannerStepKind(TransferStepKind kind) {
   llvm_unreachable("unknown transfer step kind");
 }
 
-namespace {
-/// Whether planReshard reduces unreduced source axes first: it keeps an
-/// unreduced axis only when the destination has it too, on the same mesh
-/// (partials cannot be matched across meshes); every other one is reduced.
-bool plannerReduces(const planner::TensorLayout &source,
-                    const planner::TensorLayout &destination) {
-  bool sameMesh = source.mesh() == destination.mesh();
-  const std::vector<planner::AxisRef> &kept = destination.sharding().unreduced;
-  for (const planner::AxisRef &ref : source.sharding().unreduced)
-    if (!sameMesh || std::find(kept.begin(), kept.end(), ref) == kept.end())
-      return true;
-  return false;
-}
-} // namespace
-
 int64_t polymesh::elementByteSize(Type element) {
   if (!element.isIntOrFloat())
     return 0;
@@ -178,7 +163,8 @@ planner::ReductionPieces polymesh::toPlannerPieces(TransferStepAttr step) {
 
 planner::TransferPlan
 polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
-                             const planner::TensorLayout &destination) {
+                             const planner::TensorLayout &destination,
+                             bool expandPieces) {
   auto type = cast<RankedTensorType>(op.getResult().getType());
   // As --polymesh-plan sizes elements (the verifier refuses the others).
   int64_t elementBytes = elementByteSize(type.getElementType());
@@ -195,8 +181,12 @@ polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
     step.devices.assign(stepAttr.getDevices().begin(),
                         stepAttr.getDevices().end());
     if (stepAttr.isSymbolic()) {
-      step.transfers = planner::expandReductionPieces(
-          step.kind, step.devices, toPlannerPieces(stepAttr), elementBytes);
+      step.pieces = toPlannerPieces(stepAttr);
+      if (expandPieces) {
+        step.transfers = planner::expandReductionPieces(
+            step.kind, step.devices, *step.pieces, elementBytes);
+        step.pieces.reset();
+      }
       plan.reducesInPlace = true;
     }
     step.transfers.reserve(stepAttr.getTransfers().size());
@@ -229,12 +219,10 @@ polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
   // The reduced layout is a function of the two layouts (which axes are
   // reduced, and whether they replicate or shard afterwards), not of the
   // memory limit, so the planner's answer is the plan's.
-  if (plannerReduces(source, destination)) {
-    absl::StatusOr<planner::TransferPlan> replanned =
-        planner::planReshard(source, destination, elementBytes);
-    if (replanned.ok())
-      plan.reducedLayout = std::move(replanned->reducedLayout);
-  }
+  absl::StatusOr<std::optional<planner::TensorLayout>> reduced =
+      planner::reducedLayoutOf(source, destination);
+  if (reduced.ok())
+    plan.reducedLayout = std::move(*reduced);
   planner::recomputePlanStats(plan);
   return plan;
 }
@@ -249,14 +237,16 @@ std::vector<planner::BatchAxis> polymesh::toPlannerBatchAxes(ArrayAttr batch) {
 
 absl::StatusOr<planner::TransferPlan>
 polymesh::toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
-                        const planner::TensorLayout &destination) {
+                        const planner::TensorLayout &destination,
+                        bool expandPieces) {
   if (!op.getBatchAttr())
-    return toPlannerStepsPlan(op, source, destination);
+    return toPlannerStepsPlan(op, source, destination, expandPieces);
   absl::StatusOr<planner::ReshardBatch> batch = planner::makeReshardBatch(
       source, destination, toPlannerBatchAxes(op.getBatchAttr()));
   if (!batch.ok())
     return batch.status();
-  return planner::expandBatchedPlan(
-      toPlannerStepsPlan(op, batch->cellSource, batch->cellDestination), *batch,
-      source, destination);
+  return planner::expandBatchedPlan(toPlannerStepsPlan(op, batch->cellSource,
+                                                       batch->cellDestination,
+                                                       expandPieces),
+                                    *batch, source, destination);
 }

@@ -299,15 +299,18 @@ TransferVerifier::verifyPieces(TransferStepAttr step,
   ArrayRef<int64_t> participants = step.getDevices();
   if (participants.size() < 2)
     return where() << "a reduction needs at least two participants";
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < count; ++i)
     if (!std::binary_search(participants.begin(), participants.end(),
                             owners[i]))
       return where() << "piece owner " << owners[i]
                      << " is not a participant of the step";
-    for (size_t j = 0; j < i; ++j)
-      if (owners[i] == owners[j])
-        return where() << "device " << owners[i] << " owns two pieces";
-  }
+  // Sorted, so that a group of 65,536 members is not checked pairwise.
+  SmallVector<int64_t> sortedOwners(owners.begin(), owners.end());
+  llvm::sort(sortedOwners);
+  if (const int64_t *twice =
+          std::adjacent_find(sortedOwners.begin(), sortedOwners.end());
+      twice != sortedOwners.end())
+    return where() << "device " << *twice << " owns two pieces";
   // Every member sends each piece it does not own from its source buffer
   // and receives its own into it (phase 1 too): each member's source tile,
   // a box, must hold every piece, that is the pieces' bounding box.

@@ -1,0 +1,51 @@
+// RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition --polymesh-exchange-to-cpu -split-input-file | FileCheck %s --enable-var-scope
+// RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan -split-input-file | FileCheck %s --check-prefix=PLAN
+
+// A data-parallel sum over 4,096 devices: the plan writes the all-reduce as
+// 4,096 pieces (not the 33.5 million transfers they stand for), the
+// schedule reads one in-place all-reduce off them, and the tables grow with
+// the group, not with its square: one comm row per device (its rank
+// differs), the group's shape stored once. Before symbolic reductions the
+// planner refused this reshard (2^22 transfers at most, docs/limits.md);
+// before groups were stored by shape the members table alone was 4,096^2
+// entries (docs/lowering.md, "The tables").
+// PLAN-LABEL: func.func @sum(
+// PLAN: all_reduce chunk 0 devices [0, 1, 2,
+// PLAN-SAME: pieces {0: [0, 0] : [1, 64]} {1: [1, 0] : [2, 64]}
+// PLAN-SAME: {4095: [4095, 0] : [4096, 64]}
+// PLAN-NOT: ->
+// PLAN: local_copy
+// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_members : memref<4096xi64>
+// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_blocks : memref<4096xi64>
+// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_comms : memref<4096x8xi64>
+// CHECK-LABEL: func.func @sum__part0(
+// CHECK: llvm.call @polymesh_rt_all_reduce(
+// CHECK-NOT: llvm.call @polymesh_rt_send
+// CHECK: bufferization.to_tensor
+
+polymesh.mesh @data = <["x"=4096]>
+
+func.func @sum(%g: tensor<4096x64xf32> {polymesh.sharding = #polymesh.sharding<@data, [{}, {}], unreduced={"x"}>})
+    -> (tensor<4096x64xf32> {polymesh.sharding = #polymesh.sharding<@data, [{}, {}]>}) {
+  return %g : tensor<4096x64xf32>
+}
+
+// -----
+
+// The same partial sums to row blocks: one reduce-scatter, in place in the
+// source tile (its row blocks are the pieces in rank order).
+// PLAN-LABEL: func.func @scatter(
+// PLAN: reduce_scatter chunk 0 devices [0, 1, 2,
+// PLAN-SAME: pieces {0: [0, 0] : [1, 64]}
+// CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_members : memref<4096xi64>
+// CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_comms : memref<4096x8xi64>
+// CHECK-LABEL: func.func @scatter__part0(
+// CHECK: llvm.call @polymesh_rt_reduce_scatter(
+// CHECK-NOT: llvm.call @polymesh_rt_send
+
+polymesh.mesh @data = <["x"=4096]>
+
+func.func @scatter(%g: tensor<4096x64xf32> {polymesh.sharding = #polymesh.sharding<@data, [{}, {}], unreduced={"x"}>})
+    -> (tensor<4096x64xf32> {polymesh.sharding = #polymesh.sharding<@data, [{"x"}, {}]>}) {
+  return %g : tensor<4096x64xf32>
+}
