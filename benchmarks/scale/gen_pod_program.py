@@ -3,6 +3,13 @@
 reshards on a 3D-parallel mesh ["dp"=D, "fsdp"=16, "tp"=16] of 256*D devices.
 
   gen_pod_program.py DEVICES [--only=NAME] > pod.mlir
+  gen_pod_program.py DEVICES --data-parallel > sums.mlir
+
+With --data-parallel, two reductions over a flat mesh ["x"=DEVICES]
+instead, the gradient sums of data parallelism: each device holds partial
+sums of a DEVICES x 64 f32 tensor,
+  @grad_sum       unreduced={"x"} -> replicated      (one all-reduce)
+  @grad_scatter   unreduced={"x"} -> rows over "x"   (one reduce-scatter)
 
 The four functions (each one reshard, so that a run can time them alone):
   @fsdp_to_tp     [{"dp","fsdp"},{"tp"}] -> [{"dp"},{"fsdp","tp"}]
@@ -21,8 +28,11 @@ def main():
     parser.add_argument("devices", type=int,
                         help="256 times a power of two")
     parser.add_argument("--only", choices=FUNCTIONS)
+    parser.add_argument("--data-parallel", action="store_true")
     args = parser.parse_args()
     n = args.devices
+    if args.data_parallel:
+        return data_parallel(n)
     dp = n // 256
     if n % 256 or dp & (dp - 1):
         sys.exit("error: DEVICES must be 256 times a power of two")
@@ -56,6 +66,17 @@ def main():
          '@pod, [{"fsdp"}, {"tp"}]')
     func("stage_handoff", '@stage0, [{"dp", "fsdp"}, {"tp"}]',
          '@stage1, [{"dp", "fsdp"}, {"tp"}]')
+
+
+def data_parallel(n):
+    t = f"tensor<{n}x64xf32>"
+    out = sys.stdout.write
+    out(f'polymesh.mesh @data = <["x"={n}]>\n')
+    for name, dst in (("grad_sum", "[{}, {}]"), ("grad_scatter", '[{"x"}, {}]')):
+        out(f"\nfunc.func @{name}(%g: {t} {{polymesh.sharding = "
+            f'#polymesh.sharding<@data, [{{}}, {{}}], unreduced={{"x"}}>}}) -> {t} {{\n'
+            f"  %0 = polymesh.reshard %g <@data, {dst}> : {t}\n"
+            f"  return %0 : {t}\n}}\n")
 
 
 if __name__ == "__main__":

@@ -28,9 +28,13 @@
 # With REDUCTION_PIECES=0, reductions are written out as every transfer
 # instead of their pieces (reduction-pieces=false; docs/planner.md).
 #
+# With PROGRAM=data-parallel, the program is gen_pod_program.py's
+# --data-parallel one instead: an all-reduce and a reduce-scatter over a
+# flat mesh of N devices (any N); planning time is per reshard all the same.
+#
 # Environment: REPS=5, TIMEOUT=300, LIMIT_MIB=16384, BUILD_DIR=build,
 # POLYMESH_OPT, KEEP_DIR (keep the programs and outputs there),
-# PROCESS_DEVICES, BATCH_MIN_DEVICES, REDUCTION_PIECES.
+# PROCESS_DEVICES, BATCH_MIN_DEVICES, REDUCTION_PIECES, PROGRAM.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -105,7 +109,12 @@ printf '%-8s %14s | %8s %9s %10s | %8s %9s %10s\n' devices "plan ms/reshard" \
 declare -A stopped
 for n in "${ns[@]}"; do
   program=$work/pod-$n.mlir
-  "$python" "$here/gen_pod_program.py" "$n" > "$program"
+  if [ "${PROGRAM:-pod}" = data-parallel ]; then
+    "$python" "$here/gen_pod_program.py" "$n" --data-parallel > "$program"
+  else
+    "$python" "$here/gen_pod_program.py" "$n" > "$program"
+  fi
+  reshards=$(grep -c "polymesh.reshard" "$program")
   row=()
   # Planning: --polymesh-plan's own time, from --mlir-timing.
   if [ -z "${stopped[plan]:-}" ]; then
@@ -117,8 +126,8 @@ for n in "${ns[@]}"; do
       if [ "$rc" -ne 0 ]; then
         stopped[plan]=$(failure "$rc" "$work/timing.txt"); break
       fi
-      plans+=("$(awk '$NF == "PolymeshPlan" { print $1 * 1000 / 4 }' \
-        "$work/timing.txt")")
+      plans+=("$(awk -v k="$reshards" \
+        '$NF == "PolymeshPlan" { print $1 * 1000 / k }' "$work/timing.txt")")
     done
     if [ -n "${stopped[plan]:-}" ]; then row+=("${stopped[plan]}")
     else row+=("$(printf '%s\n' "${plans[@]}" | median)"); fi
