@@ -374,18 +374,19 @@ private:
 
     // Reports only when asked for: on a pod their text costs as much as
     // planning. They describe the whole plan, every cell of a batch.
-    // They list every transfer, symbolic reductions expanded.
+    // A symbolic reduction is reported as its pieces, never expanded: a sum
+    // over 65,536 devices would be 8.6 billion (transfer, receiver) pairs.
     if (!statsFile.empty() || printPlan || !commMatrix.empty()) {
-      planner::TransferPlan whole = **plan;
-      planner::expandSymbolicSteps(whole);
+      std::optional<planner::TransferPlan> expanded;
       if (batch) {
-        absl::StatusOr<planner::TransferPlan> expanded =
-            planner::expandBatchedPlan(whole, *batch, *from, *to);
-        if (!expanded.ok())
-          return emit() << std::string(expanded.status().message());
-        whole = std::move(*expanded);
+        absl::StatusOr<planner::TransferPlan> whole =
+            planner::expandBatchedPlan(**plan, *batch, *from, *to);
+        if (!whole.ok())
+          return emit() << std::string(whole.status().message());
+        expanded = std::move(*whole);
       }
-      report(reshard, type, source, destination, whole, stats, plans, traffic);
+      report(reshard, type, source, destination, expanded ? *expanded : **plan,
+             stats, plans, traffic);
     }
 
     OpBuilder builder(reshard);
@@ -431,11 +432,34 @@ private:
       plans += planner::formatPlan(plan);
     }
     if (!commMatrix.empty())
-      for (const planner::Step &step : plan.steps)
+      for (const planner::Step &step : plan.steps) {
+        if (step.pieces)
+          addPiecesTraffic(step, plan.elementBytes, traffic);
         for (const planner::Transfer &transfer : step.transfers)
           for (int64_t dst : transfer.dstDevices)
             if (dst != transfer.srcDevice)
               traffic[{transfer.srcDevice, dst}] += transfer.bytes;
+      }
+  }
+
+  /// What a symbolic reduction's transfers would carry, without listing
+  /// them: each member sends the pieces it does not own to their owners;
+  /// an all-reduce's owners send their reduced piece back.
+  static void
+  addPiecesTraffic(const planner::Step &step, int64_t elementBytes,
+                   std::map<std::pair<int64_t, int64_t>, int64_t> &traffic) {
+    const planner::ReductionPieces &pieces = *step.pieces;
+    bool gathers = step.kind == planner::StepKind::AllReduce;
+    for (int64_t member : step.devices)
+      for (size_t i = 0; i < pieces.owners.size(); ++i) {
+        int64_t owner = pieces.owners[i];
+        if (owner == member)
+          continue;
+        int64_t bytes = pieces.pieces[i].numElements() * elementBytes;
+        traffic[{member, owner}] += bytes;
+        if (gathers)
+          traffic[{owner, member}] += bytes;
+      }
   }
 
   /// The sharding the operand of a reshard is in: from its producer's

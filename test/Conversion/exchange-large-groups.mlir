@@ -1,5 +1,6 @@
 // RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan --polymesh-partition --polymesh-exchange-to-cpu -split-input-file | FileCheck %s --enable-var-scope
 // RUN: polymesh-opt %s --polymesh-propagate --polymesh-plan -split-input-file | FileCheck %s --check-prefix=PLAN
+// RUN: polymesh-opt %s --polymesh-propagate '--polymesh-plan=print-plan' -split-input-file -o /dev/null | FileCheck %s --check-prefix=PRINT
 
 // A data-parallel sum over 4,096 devices: the plan writes the all-reduce as
 // 4,096 pieces (not the 33.5 million transfers they stand for), the
@@ -15,6 +16,16 @@
 // PLAN-SAME: {4095: [4095, 0] : [4096, 64]}
 // PLAN-NOT: ->
 // PLAN: local_copy
+// The plan report prints the pieces too, with the totals of the transfers
+// they stand for (2 x 4,095 x 1 MiB), never the transfers.
+// PRINT-LABEL: sum loc(
+// PRINT-NEXT: plan for 4096x64 x 4B: 2 steps in 2 chunks
+// PRINT-NEXT: bytes moved 8587837440 (lower bound 8587837440)
+// PRINT-NEXT: reduces in place to
+// PRINT-NEXT: chunk 0 all_reduce devices=[0, 1, 2,
+// PRINT-NEXT: piece [0:1, 0:64] summed onto 0
+// PRINT: piece [4095:4096, 0:64] summed onto 4095
+// PRINT-NEXT: chunk 1 local_copy
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_members : memref<4096xi64>
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_blocks : memref<4096xi64>
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_comms : memref<4096x8xi64>

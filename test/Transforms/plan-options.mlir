@@ -116,11 +116,10 @@ func.func @reduce(%x: tensor<16xf32> {polymesh.sharding = #polymesh.sharding<@re
 // PLAN-NEXT: plan for 16 x 4B: 2 steps in 2 chunks
 // PLAN-NEXT:   bytes moved 128 (lower bound 128), max send 64, max recv 64, peak temp 128
 // PLAN-NEXT:   reduces in place to <["tp"=2]> [{}] : 16
+// A symbolic step prints its pieces, not the transfers they stand for.
 // PLAN-NEXT:   chunk 0 all_reduce devices=[0, 1]
-// PLAN-NEXT:     0 -> [1](src) += [8:16] 32B
-// PLAN-NEXT:     1 -> [0](src) += [0:8] 32B
-// PLAN-NEXT:     phase 1: 0 -> [1](src) [0:8] 32B
-// PLAN-NEXT:     phase 1: 1 -> [0](src) [8:16] 32B
+// PLAN-NEXT:     piece [0:8] summed onto 0
+// PLAN-NEXT:     piece [8:16] summed onto 1
 // PLAN-NEXT:   chunk 1 local_copy devices=[0, 1]
 // PLAN-NEXT:     0 -> [0] [0:16] 64B
 // PLAN-NEXT:     1 -> [1] [0:16] 64B
