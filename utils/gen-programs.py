@@ -616,11 +616,18 @@ def emit_module(meshes, funcs, header=()):
 # Random generation
 # --------------------------------------------------------------------------
 
+# Device ids range over [0, MAX_DEVICES) (--max-devices). With more than 8,
+# about a third of the meshes get one large axis (up to MAX_DEVICES / 2
+# along it): sums and gathers over large groups, mostly with empty tiles.
+MAX_DEVICES = 8
+
+
 def gen_meshes(rng, tag):
     """3-5 meshes: full meshes, sub-meshes with arbitrary distinct ids,
     reversed ids, single devices."""
     meshes = {}
     names = ["a", "b", "c", "x", "y", "z", "dp", "tp"]
+    universe = MAX_DEVICES
     count = rng.randint(3, 5)
     for i in range(count):
         name = "%s%d" % (tag, i)
@@ -637,6 +644,14 @@ def gen_meshes(rng, tag):
             sizes[rng.randrange(len(sizes))] = 2 if prod(sizes) > 8 else 1
             if prod(sizes) > 8:
                 sizes.pop()
+        limit = 8
+        if universe > 8 and rng.random() < 0.35:
+            big = rng.choice([k for k in (12, 16, 24, 32, 48, 64, 96, 128, 256)
+                              if k <= universe // 2])
+            sizes = [big] + sizes[1:]
+            while prod(sizes) > universe:
+                sizes.pop()
+            limit = universe
         axes = list(zip(rng.sample(names, len(sizes)), sizes))
         n = prod(sizes)
         r = rng.random()
@@ -645,10 +660,10 @@ def gen_meshes(rng, tag):
         elif r < 0.55:
             ids = list(range(n))[::-1]
         elif r < 0.8:
-            start = rng.randrange(0, 8 - n + 1)
+            start = rng.randrange(0, limit - n + 1)
             ids = list(range(start, start + n))
         else:
-            ids = rng.sample(range(8), n)
+            ids = rng.sample(range(limit), n)
         meshes[name] = Mesh(name, axes, ids)
     return meshes
 
@@ -1524,6 +1539,9 @@ def main():
                         "--backend=nccl --simulate-gpus instead of the one-process checks")
     p.add_argument("--run-arg", action="append", default=[], metavar="FLAG",
                    help="pass FLAG to every polymesh-run (e.g. --run-arg=--opt-level=0)")
+    p.add_argument("--max-devices", type=int, default=8,
+                   help="device ids range over [0, N); above 8, some meshes "
+                   "get one large axis (sums and gathers over large groups)")
     p.add_argument("--calls", action="store_true",
                    help="outline about a third of the computing ops into private helpers called by func.call")
     p.add_argument("--gathers", action="store_true",
@@ -1538,6 +1556,10 @@ def main():
     OUTLINE["calls"] = args.calls
     GATHERS["on"] = args.gathers
     INEXACT["on"] = args.inexact_sums
+    global MAX_DEVICES
+    if args.max_devices < 8:
+        p.error("--max-devices must be at least 8")
+    MAX_DEVICES = args.max_devices
     if args.emit is not None:
         kind, meshes, funcs = build_module(args.seed, args.emit, args.funcs_per_module, AVOID)
         print(emit_module(meshes, funcs, ["// gen-programs.py --seed %d, module %d (%s)"
