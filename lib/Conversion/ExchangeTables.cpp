@@ -233,12 +233,10 @@ struct GroupShapes {
   }
 };
 
-/// The index of `id` in `group` (sorted, as the planner writes groups, or
-/// searched in full).
+/// The index of member `id` in `group` (Segment::groups are sorted).
 int64_t rankIn(llvm::ArrayRef<int64_t> group, int64_t id) {
   const int64_t *at = llvm::lower_bound(group, id);
-  if (at == group.end() || *at != id)
-    at = llvm::find(group, id);
+  assert(at != group.end() && *at == id && "not a member of the group");
   return at - group.begin();
 }
 
@@ -434,13 +432,12 @@ FailureOr<planner::DeviceSchedule> PlanTableBuilder::scheduleTransfer(
               it != counterpart.end())
             rows = it->second;
       return schedule(toPlannerStepsPlan(transfer, batch->cellSource,
-                                         batch->cellDestination,
-                                         /*expandPieces=*/false),
+                                         batch->cellDestination),
                       batch->cellSource, batch->cellDestination);
     }
   }
   absl::StatusOr<planner::TransferPlan> plan =
-      toPlannerPlan(transfer, source, destination, /*expandPieces=*/false);
+      toPlannerPlan(transfer, source, destination);
   if (!plan.ok())
     return transfer.emitError()
            << "cannot be lowered: " << std::string(plan.status().message());

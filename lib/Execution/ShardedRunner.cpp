@@ -159,10 +159,8 @@ llvm::Expected<ShardedFunction> recordGlobal(func::FuncOp func,
       failure = destination.takeError();
       return;
     }
-    // Only the totals are read: symbolic reductions count without their
-    // transfers.
     absl::StatusOr<planner::TransferPlan> plan =
-        toPlannerPlan(transfer, *source, *destination, /*expandPieces=*/false);
+        toPlannerPlan(transfer, *source, *destination);
     if (!plan.ok()) {
       failure = llvm::createStringError(llvm::inconvertibleErrorCode(),
                                         std::string(plan.status().message()));

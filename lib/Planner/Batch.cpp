@@ -553,17 +553,7 @@ cellDeviceTable(const ReshardBatch &batch, const TensorLayout &source,
 absl::StatusOr<TransferPlan>
 expandBatchedPlan(const TransferPlan &cellPlan, const ReshardBatch &batch,
                   const TensorLayout &source, const TensorLayout &destination) {
-  int64_t transfers = 0, receivers = 0;
-  for (const Step &step : cellPlan.steps) {
-    if (step.pieces) {
-      transfers += static_cast<int64_t>(step.pieces->owners.size());
-      receivers += static_cast<int64_t>(step.pieces->owners.size());
-    }
-    for (const Transfer &transfer : step.transfers) {
-      ++transfers;
-      receivers += static_cast<int64_t>(transfer.dstDevices.size());
-    }
-  }
+  auto [transfers, receivers] = planSize(cellPlan);
   if (transfers * batch.numCells > kMaxPlanTransfers ||
       receivers * batch.numCells > kMaxPlanReceivers)
     return absl::ResourceExhaustedError(absl::StrCat(

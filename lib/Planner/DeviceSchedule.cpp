@@ -336,16 +336,10 @@ std::optional<Piece> matchAllGather(const Step &step, size_t s, int phase,
   return piece;
 }
 
-/// Whether every member's source tile holds every piece: a tile is a box,
-/// so it holds them all when it holds their bounding box.
+/// Whether every member's source tile (a box) holds every piece.
 bool everyMemberHolds(const std::vector<int64_t> &members,
                       const std::vector<Box> &pieces, const TileSet &tiles) {
-  Box bounds = pieces.front();
-  for (const Box &piece : pieces)
-    for (size_t d = 0; d < bounds.lo.size(); ++d) {
-      bounds.lo[d] = std::min(bounds.lo[d], piece.lo[d]);
-      bounds.hi[d] = std::max(bounds.hi[d], piece.hi[d]);
-    }
+  Box bounds = boundingBox(pieces);
   return std::all_of(members.begin(), members.end(), [&](int64_t member) {
     return tiles.holds(BufferKind::Source, member, bounds);
   });
@@ -1105,8 +1099,7 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
           continue;
         }
       expanded = plan.steps[s];
-      expanded->transfers = stepTransfers(*expanded, plan.elementBytes);
-      expanded->pieces.reset();
+      expandSymbolicStep(*expanded, plan.elementBytes);
     }
     const Step &step = expanded ? *expanded : plan.steps[s];
     int maxPhase = 0;

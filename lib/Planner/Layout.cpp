@@ -252,6 +252,16 @@ Box Box::intersect(const Box &other) const {
   return result;
 }
 
+Box boundingBox(const std::vector<Box> &boxes) {
+  Box bounds = boxes.front();
+  for (const Box &box : boxes)
+    for (size_t d = 0; d < bounds.lo.size(); ++d) {
+      bounds.lo[d] = std::min(bounds.lo[d], box.lo[d]);
+      bounds.hi[d] = std::max(bounds.hi[d], box.hi[d]);
+    }
+  return bounds;
+}
+
 std::optional<std::pair<size_t, size_t>>
 findOverlap(const std::vector<Box> &boxes) {
   std::vector<size_t> order;

@@ -678,46 +678,64 @@ reduceScatterLayout(const TensorLayout &source, const TensorLayout &destination,
   return std::move(*layout);
 }
 
-/// The reduction phase of a plan: its kind and reduced layout and, unless
-/// `layoutOnly`, one step per group, symbolic when `symbolic` (pieces, no
-/// transfers).
-absl::StatusOr<ReductionPhase>
-planReduction(const TensorLayout &source, const TensorLayout &destination,
-              const UnreducedSplit &split, int64_t elementBytes, bool symbolic,
-              bool layoutOnly, PlanBudget &budget) {
-  ReductionPhase phase;
+/// Which reduction a plan makes and the layout it reduces into, with the
+/// groups and positions its steps are cut from.
+struct ReductionChoice {
+  StepKind kind = StepKind::AllReduce;
+  std::optional<TensorLayout> reduced;
+  std::vector<std::vector<int64_t>> groups;
+  absl::flat_hash_map<int64_t, int64_t> positionOf;
+};
+
+absl::StatusOr<ReductionChoice> chooseReduction(const TensorLayout &source,
+                                                const TensorLayout &destination,
+                                                const UnreducedSplit &split) {
+  ReductionChoice choice;
   Sharding groupSharding = source.sharding();
   groupSharding.unreduced = split.reduce;
   absl::StatusOr<TensorLayout> groupLayout =
       TensorLayout::create(source.mesh(), groupSharding, source.shape());
   if (!groupLayout.ok())
     return groupLayout.status();
-  std::vector<std::vector<int64_t>> groups = groupLayout->reductionGroups();
+  choice.groups = groupLayout->reductionGroups();
 
   const Mesh &mesh = source.mesh();
-  absl::flat_hash_map<int64_t, int64_t> positionOf;
   for (int64_t p = 0, e = mesh.numDevices(); p < e; ++p)
-    positionOf[mesh.deviceAt(p)] = p;
+    choice.positionOf[mesh.deviceAt(p)] = p;
 
   // Prefer a ReduceScatter whose pieces tile every group's box exactly.
-  if (std::optional<TensorLayout> layout =
-          reduceScatterLayout(source, destination, split, groups, positionOf)) {
-    phase.kind = StepKind::ReduceScatter;
-    phase.reduced = std::move(*layout);
+  if (std::optional<TensorLayout> layout = reduceScatterLayout(
+          source, destination, split, choice.groups, choice.positionOf)) {
+    choice.kind = StepKind::ReduceScatter;
+    choice.reduced = std::move(*layout);
+    return choice;
   }
-  if (!phase.reduced) {
-    Sharding reducedSharding = source.sharding();
-    reducedSharding.unreduced = split.kept;
-    absl::StatusOr<TensorLayout> layout =
-        TensorLayout::create(mesh, reducedSharding, source.shape());
-    if (!layout.ok())
-      return layout.status();
-    phase.kind = StepKind::AllReduce;
-    phase.reduced = *layout;
-  }
+  Sharding reducedSharding = source.sharding();
+  reducedSharding.unreduced = split.kept;
+  absl::StatusOr<TensorLayout> layout =
+      TensorLayout::create(mesh, reducedSharding, source.shape());
+  if (!layout.ok())
+    return layout.status();
+  choice.kind = StepKind::AllReduce;
+  choice.reduced = std::move(*layout);
+  return choice;
+}
 
-  if (layoutOnly)
-    return phase;
+/// The reduction phase of a plan: one step per group, symbolic when
+/// `symbolic` (pieces, no transfers).
+absl::StatusOr<ReductionPhase>
+planReduction(const TensorLayout &source, const TensorLayout &destination,
+              const UnreducedSplit &split, int64_t elementBytes, bool symbolic,
+              PlanBudget &budget) {
+  absl::StatusOr<ReductionChoice> choice =
+      chooseReduction(source, destination, split);
+  if (!choice.ok())
+    return choice.status();
+  const std::vector<std::vector<int64_t>> &groups = choice->groups;
+  absl::flat_hash_map<int64_t, int64_t> &positionOf = choice->positionOf;
+  ReductionPhase phase;
+  phase.kind = choice->kind;
+  phase.reduced = std::move(choice->reduced);
 
   // pieces[i] is reduced onto owners[i].
   auto piecesOf = [&](const std::vector<int64_t> &members, const Box &box,
@@ -1415,13 +1433,11 @@ reducedLayoutOf(const TensorLayout &source, const TensorLayout &destination) {
   UnreducedSplit split = splitUnreduced(source, destination);
   if (split.reduce.empty())
     return std::optional<TensorLayout>();
-  PlanBudget budget;
-  absl::StatusOr<ReductionPhase> reduction =
-      planReduction(source, destination, split, /*elementBytes=*/1,
-                    /*symbolic=*/true, /*layoutOnly=*/true, budget);
-  if (!reduction.ok())
-    return reduction.status();
-  return std::move(reduction->reduced);
+  absl::StatusOr<ReductionChoice> choice =
+      chooseReduction(source, destination, split);
+  if (!choice.ok())
+    return choice.status();
+  return std::move(choice->reduced);
 }
 
 absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
@@ -1481,9 +1497,8 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
   if (!split.reduce.empty()) {
     // The chunker splits transfers: under a memory limit they are explicit.
     bool symbolic = options.symbolicReductions && options.memoryLimitBytes == 0;
-    absl::StatusOr<ReductionPhase> reduction =
-        planReduction(source, destination, split, elementBytes, symbolic,
-                      /*layoutOnly=*/false, budget);
+    absl::StatusOr<ReductionPhase> reduction = planReduction(
+        source, destination, split, elementBytes, symbolic, budget);
     if (!reduction.ok())
       return reduction.status();
     plan.reducedLayout = std::move(reduction->reduced);

@@ -100,8 +100,7 @@ absl::StatusOr<SimulationResult> simulatePlan(const TransferPlan &plan,
   if (plan.shape != source.shape() || plan.shape != destination.shape())
     return absl::InvalidArgumentError("plan shape does not match the layouts");
   // The oracle runs transfers, whatever form the plan keeps them in.
-  if (std::any_of(plan.steps.begin(), plan.steps.end(),
-                  [](const Step &step) { return step.isSymbolic(); })) {
+  if (hasSymbolicSteps(plan)) {
     TransferPlan expanded = plan;
     expandSymbolicSteps(expanded);
     return simulatePlan(expanded, source, destination);

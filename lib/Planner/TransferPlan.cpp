@@ -135,13 +135,37 @@ std::vector<Transfer> stepTransfers(const Step &step, int64_t elementBytes) {
                                elementBytes);
 }
 
+void expandSymbolicStep(Step &step, int64_t elementBytes) {
+  if (!step.pieces)
+    return;
+  step.transfers = expandReductionPieces(step.kind, step.devices, *step.pieces,
+                                         elementBytes);
+  step.pieces.reset();
+}
+
+bool hasSymbolicSteps(const TransferPlan &plan) {
+  return std::any_of(plan.steps.begin(), plan.steps.end(),
+                     [](const Step &step) { return step.isSymbolic(); });
+}
+
 void expandSymbolicSteps(TransferPlan &plan) {
   for (Step &step : plan.steps)
+    expandSymbolicStep(step, plan.elementBytes);
+}
+
+PlanSize planSize(const TransferPlan &plan) {
+  PlanSize size;
+  for (const Step &step : plan.steps) {
     if (step.pieces) {
-      step.transfers = expandReductionPieces(step.kind, step.devices,
-                                             *step.pieces, plan.elementBytes);
-      step.pieces.reset();
+      size.transfers += static_cast<int64_t>(step.pieces->owners.size());
+      size.receivers += static_cast<int64_t>(step.pieces->owners.size());
     }
+    for (const Transfer &transfer : step.transfers) {
+      ++size.transfers;
+      size.receivers += static_cast<int64_t>(transfer.dstDevices.size());
+    }
+  }
+  return size;
 }
 
 void recomputePlanStats(TransferPlan &plan) {

@@ -357,8 +357,7 @@ PlanExecutor::create(const TransferPlan &plan, const TensorLayout &source,
     return absl::InvalidArgumentError(absl::StrCat(
         "plan element size must be positive, got ", plan.elementBytes));
   // The executor interprets transfers: symbolic reductions are expanded.
-  if (std::any_of(plan.steps.begin(), plan.steps.end(),
-                  [](const Step &step) { return step.isSymbolic(); })) {
+  if (hasSymbolicSteps(plan)) {
     TransferPlan expanded = plan;
     expandSymbolicSteps(expanded);
     return create(expanded, source, destination, options);

@@ -345,18 +345,7 @@ private:
     // written into the IR and lowered, so many reshards below the per-plan
     // limits together exhaust memory just as one huge plan does. A batched
     // plan counts its cell: what the IR holds and the lowering schedules.
-    int64_t transfers = 0, receivers = 0;
-    for (const planner::Step &step : (*plan)->steps) {
-      // A symbolic step is lowered from its pieces.
-      if (step.pieces) {
-        transfers += step.pieces->owners.size();
-        receivers += step.pieces->owners.size();
-        continue;
-      }
-      transfers += step.transfers.size();
-      for (const planner::Transfer &transfer : step.transfers)
-        receivers += transfer.dstDevices.size();
-    }
+    auto [transfers, receivers] = planner::planSize(**plan);
     moduleTransfers += transfers;
     moduleReceivers += receivers;
     if (moduleTransfers > planner::kMaxPlanTransfers)
@@ -374,8 +363,9 @@ private:
 
     // Reports only when asked for: on a pod their text costs as much as
     // planning. They describe the whole plan, every cell of a batch.
-    // A symbolic reduction is reported as its pieces, never expanded: a sum
-    // over 65,536 devices would be 8.6 billion (transfer, receiver) pairs.
+    // print-plan and the stats show a symbolic reduction by its pieces: a
+    // sum over 65,536 devices would be 8.6 billion (transfer, receiver)
+    // pairs; only the device x device matrix walks its transfers.
     if (!statsFile.empty() || printPlan || !commMatrix.empty()) {
       std::optional<planner::TransferPlan> expanded;
       if (batch) {
@@ -431,35 +421,15 @@ private:
                    .str();
       plans += planner::formatPlan(plan);
     }
+    // The matrix is device x device: a symbolic step's transfers, one step
+    // at a time, cost no more than its cells.
     if (!commMatrix.empty())
-      for (const planner::Step &step : plan.steps) {
-        if (step.pieces)
-          addPiecesTraffic(step, plan.elementBytes, traffic);
-        for (const planner::Transfer &transfer : step.transfers)
+      for (const planner::Step &step : plan.steps)
+        for (const planner::Transfer &transfer :
+             planner::stepTransfers(step, plan.elementBytes))
           for (int64_t dst : transfer.dstDevices)
             if (dst != transfer.srcDevice)
               traffic[{transfer.srcDevice, dst}] += transfer.bytes;
-      }
-  }
-
-  /// What a symbolic reduction's transfers would carry, without listing
-  /// them: each member sends the pieces it does not own to their owners;
-  /// an all-reduce's owners send their reduced piece back.
-  static void
-  addPiecesTraffic(const planner::Step &step, int64_t elementBytes,
-                   std::map<std::pair<int64_t, int64_t>, int64_t> &traffic) {
-    const planner::ReductionPieces &pieces = *step.pieces;
-    bool gathers = step.kind == planner::StepKind::AllReduce;
-    for (int64_t member : step.devices)
-      for (size_t i = 0; i < pieces.owners.size(); ++i) {
-        int64_t owner = pieces.owners[i];
-        if (owner == member)
-          continue;
-        int64_t bytes = pieces.pieces[i].numElements() * elementBytes;
-        traffic[{member, owner}] += bytes;
-        if (gathers)
-          traffic[{owner, member}] += bytes;
-      }
   }
 
   /// The sharding the operand of a reshard is in: from its producer's

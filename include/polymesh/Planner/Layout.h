@@ -154,6 +154,10 @@ struct Box {
 std::optional<std::pair<size_t, size_t>>
 findOverlap(const std::vector<Box> &boxes);
 
+/// The smallest box enclosing every one of `boxes` (non-empty, one rank): a
+/// box holds them all exactly when it holds this one.
+Box boundingBox(const std::vector<Box> &boxes);
+
 /// Calls fn(index) for every index of `box`, row-major (once for rank 0).
 template <typename Fn> void forEachIndex(const Box &box, Fn fn) {
   if (box.empty())

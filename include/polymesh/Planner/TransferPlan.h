@@ -211,9 +211,21 @@ std::optional<ReductionPieces> findReductionPieces(const Step &step,
 
 /// The step's transfers, the symbolic ones expanded.
 std::vector<Transfer> stepTransfers(const Step &step, int64_t elementBytes);
+/// Replaces a symbolic step's pieces by its transfers (no-op otherwise).
+void expandSymbolicStep(Step &step, int64_t elementBytes);
+/// Whether some step of `plan` is symbolic.
+bool hasSymbolicSteps(const TransferPlan &plan);
 /// Replaces every symbolic step of `plan` by its transfers, for consumers
 /// that walk transfers (the simulator, the plan executor).
 void expandSymbolicSteps(TransferPlan &plan);
+
+/// What a plan holds, as the transfer budget counts it (kMaxPlanTransfers,
+/// kMaxPlanReceivers): its transfers and (transfer, receiver) pairs, a
+/// symbolic step's pieces counting once each.
+struct PlanSize {
+  int64_t transfers = 0, receivers = 0;
+};
+PlanSize planSize(const TransferPlan &plan);
 
 /// Recomputes bytesMoved, send/recv/peak totals, per-device stats, step
 /// counts and numChunks from `plan.steps`.

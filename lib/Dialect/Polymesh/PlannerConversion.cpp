@@ -163,8 +163,7 @@ planner::ReductionPieces polymesh::toPlannerPieces(TransferStepAttr step) {
 
 planner::TransferPlan
 polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
-                             const planner::TensorLayout &destination,
-                             bool expandPieces) {
+                             const planner::TensorLayout &destination) {
   auto type = cast<RankedTensorType>(op.getResult().getType());
   // As --polymesh-plan sizes elements (the verifier refuses the others).
   int64_t elementBytes = elementByteSize(type.getElementType());
@@ -182,11 +181,6 @@ polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
                         stepAttr.getDevices().end());
     if (stepAttr.isSymbolic()) {
       step.pieces = toPlannerPieces(stepAttr);
-      if (expandPieces) {
-        step.transfers = planner::expandReductionPieces(
-            step.kind, step.devices, *step.pieces, elementBytes);
-        step.pieces.reset();
-      }
       plan.reducesInPlace = true;
     }
     step.transfers.reserve(stepAttr.getTransfers().size());
@@ -237,16 +231,14 @@ std::vector<planner::BatchAxis> polymesh::toPlannerBatchAxes(ArrayAttr batch) {
 
 absl::StatusOr<planner::TransferPlan>
 polymesh::toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
-                        const planner::TensorLayout &destination,
-                        bool expandPieces) {
+                        const planner::TensorLayout &destination) {
   if (!op.getBatchAttr())
-    return toPlannerStepsPlan(op, source, destination, expandPieces);
+    return toPlannerStepsPlan(op, source, destination);
   absl::StatusOr<planner::ReshardBatch> batch = planner::makeReshardBatch(
       source, destination, toPlannerBatchAxes(op.getBatchAttr()));
   if (!batch.ok())
     return batch.status();
-  return planner::expandBatchedPlan(toPlannerStepsPlan(op, batch->cellSource,
-                                                       batch->cellDestination,
-                                                       expandPieces),
-                                    *batch, source, destination);
+  return planner::expandBatchedPlan(
+      toPlannerStepsPlan(op, batch->cellSource, batch->cellDestination), *batch,
+      source, destination);
 }

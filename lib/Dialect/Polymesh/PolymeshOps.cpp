@@ -315,18 +315,14 @@ TransferVerifier::verifyPieces(TransferStepAttr step,
   // and receives its own into it (phase 1 too): each member's source tile,
   // a box, must hold every piece, that is the pieces' bounding box.
   planner::ReductionPieces pieces = toPlannerPieces(step);
-  planner::Box bounds = pieces.pieces.front();
-  for (auto [index, piece] : llvm::enumerate(pieces.pieces)) {
-    for (size_t d = 0; d < piece.lo.size(); ++d) {
+  for (auto [index, piece] : llvm::enumerate(pieces.pieces))
+    for (size_t d = 0; d < piece.lo.size(); ++d)
       if (piece.lo[d] < 0 || piece.lo[d] >= piece.hi[d] ||
           piece.hi[d] > shape[d])
         return where() << "piece #" << index << ": box [" << piece.lo[d] << ", "
                        << piece.hi[d] << ") of dimension " << d
                        << " is empty or outside [0, " << shape[d] << ")";
-      bounds.lo[d] = std::min(bounds.lo[d], piece.lo[d]);
-      bounds.hi[d] = std::max(bounds.hi[d], piece.hi[d]);
-    }
-  }
+  planner::Box bounds = planner::boundingBox(pieces.pieces);
   for (int64_t member : participants) {
     if (sourceTiles.holds(member, bounds))
       continue;

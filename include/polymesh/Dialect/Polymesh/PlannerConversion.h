@@ -83,8 +83,9 @@ toTensorLayout(llvm::function_ref<mlir::InFlightDiagnostic()> emitError,
 /// `reducedLayout`, when the planner would reduce (the source has unreduced
 /// axes that the destination does not keep on the same mesh), from
 /// planner::reducedLayoutOf, since it depends on the layouts alone.
-/// Symbolic reduction steps are expanded into their transfers unless
-/// `expandPieces` is false (then they move to every cell as pieces).
+/// Symbolic reduction steps stay symbolic (planner::Step::pieces), as the
+/// planner makes them; whatever interprets transfers expands them
+/// (planner::expandSymbolicSteps).
 /// The memory limit and the lower bounds are not in the IR and stay 0.
 ///
 /// A batched op's steps are cell 0's: they are read against the cell's
@@ -94,15 +95,13 @@ toTensorLayout(llvm::function_ref<mlir::InFlightDiagnostic()> emitError,
 /// the planner's transfer budget.
 absl::StatusOr<planner::TransferPlan>
 toPlannerPlan(TransferOp op, const planner::TensorLayout &source,
-              const planner::TensorLayout &destination,
-              bool expandPieces = true);
+              const planner::TensorLayout &destination);
 
 /// The steps of `op` alone as a plan over `source` and `destination`: for a
 /// batched op, given the batch's cell layouts, the plan of cell 0.
 planner::TransferPlan
 toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
-                   const planner::TensorLayout &destination,
-                   bool expandPieces = true);
+                   const planner::TensorLayout &destination);
 
 /// The planner's kind of a step.
 planner::StepKind toPlannerStepKind(TransferStepKind kind);
