@@ -15,6 +15,7 @@
 
 #include <array>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 using namespace mlir;
@@ -154,13 +155,13 @@ namespace {
 /// regular mesh that do the same thing at the same offsets share one block
 /// whatever their ids.
 struct BlockTables {
-  std::vector<int64_t> copies, comms, members;
+  std::vector<int64_t> copies, comms, members, ranks;
   /// kRangeColumns per (segment, block), segment-major.
   std::vector<int64_t> ranges;
   /// Per position: its block. Per block: its staging bytes.
   std::vector<int64_t> blockOf, staging;
   int64_t maxGroupSize = 0;
-  bool hasAccumulate = false, hasZero = false;
+  bool hasAccumulate = false, hasZero = false, hasResults = false;
 };
 
 /// One device's rows, row indices counted from the block's own start
@@ -240,9 +241,120 @@ int64_t rankIn(llvm::ArrayRef<int64_t> group, int64_t id) {
   return at - group.begin();
 }
 
+/// One digit of a rank read off a position (RankColumn).
+struct RankDigit {
+  int64_t stride, size, weight;
+  bool operator<(const RankDigit &other) const {
+    return std::tie(stride, size, weight) <
+           std::tie(other.stride, other.size, other.weight);
+  }
+};
+
+int64_t rankAt(llvm::ArrayRef<RankDigit> digits, int64_t position) {
+  int64_t rank = 0;
+  for (const RankDigit &digit : digits)
+    rank += (position / digit.stride) % digit.size * digit.weight;
+  return rank;
+}
+
+/// The digits of sorted `positions` as an iota pattern, minor first: the
+/// first `inner` positions repeat `size` times `stride` apart, and so on
+/// outwards (positions {1, 3, 5, 7}: one digit of stride 2, size 4). Each
+/// member's rank must also be what the digits read off its position, which
+/// the caller checks.
+std::optional<std::vector<RankDigit>>
+iotaDigits(llvm::ArrayRef<int64_t> positions) {
+  std::vector<RankDigit> digits;
+  size_t n = positions.size(), inner = 1;
+  while (inner < n) {
+    int64_t stride = positions[inner] - positions[0];
+    size_t size = 1;
+    auto repeats = [&](size_t k) {
+      for (size_t i = 0; i < inner; ++i)
+        if (positions[k * inner + i] !=
+            positions[i] + static_cast<int64_t>(k) * stride)
+          return false;
+      return true;
+    };
+    while ((size + 1) * inner <= n && repeats(size))
+      ++size;
+    if (size == 1 || stride <= 0)
+      return std::nullopt;
+    digits.push_back(
+        {stride, static_cast<int64_t>(size), static_cast<int64_t>(inner)});
+    inner *= size;
+  }
+  if (inner != n)
+    return std::nullopt;
+  return digits;
+}
+
+/// The rank digits of every collective group of a schedule, where its
+/// members' positions follow an iota pattern that gives every device
+/// running a member's rows (`rowsOf`: cell 0's rows for a shifted cell)
+/// that member's rank; each distinct pattern stored once in `ranks`.
+struct RankPatterns {
+  std::vector<int64_t> ranks;
+  /// Per segment, per group: rows [begin, end) of `ranks`, or nullopt.
+  std::vector<std::vector<std::optional<std::pair<int64_t, int64_t>>>> rowsOf;
+
+  RankPatterns(const planner::DeviceSchedule &schedule,
+               const std::vector<int64_t> &runsRowsOf) {
+    const std::vector<int64_t> &devices = schedule.devices;
+    std::vector<std::vector<std::optional<std::vector<RankDigit>>>> digitsOf;
+    for (const planner::Segment &segment : schedule.segments) {
+      auto &digits = digitsOf.emplace_back();
+      for (const std::vector<int64_t> &group : segment.groups) {
+        std::vector<int64_t> positions;
+        for (int64_t member : group)
+          positions.push_back(llvm::lower_bound(devices, member) -
+                              devices.begin());
+        std::optional<std::vector<RankDigit>> found =
+            positions.empty() ? std::nullopt : iotaDigits(positions);
+        for (size_t r = 0; found && r < positions.size(); ++r)
+          if (rankAt(*found, positions[r]) != static_cast<int64_t>(r))
+            found.reset();
+        digits.push_back(std::move(found));
+      }
+    }
+    // A device running another position's rows needs that one's rank.
+    for (size_t p = 0; p < runsRowsOf.size(); ++p) {
+      int64_t q = runsRowsOf[p];
+      if (q < 0 || q == static_cast<int64_t>(p))
+        continue;
+      for (auto [s, segment] : llvm::enumerate(schedule.segments)) {
+        int64_t group = segment.perDevice[q].group;
+        if (group < 0 || !digitsOf[s][group])
+          continue;
+        if (rankAt(*digitsOf[s][group], p) !=
+            rankIn(segment.groups[group], devices[q]))
+          digitsOf[s][group].reset();
+      }
+    }
+    std::map<std::vector<RankDigit>, int64_t> known;
+    for (auto &digits : digitsOf) {
+      auto &rows = rowsOf.emplace_back();
+      for (std::optional<std::vector<RankDigit>> &pattern : digits) {
+        if (!pattern) {
+          rows.push_back(std::nullopt);
+          continue;
+        }
+        auto [it, inserted] = known.try_emplace(
+            *pattern, static_cast<int64_t>(ranks.size() / kRankColumns));
+        if (inserted)
+          for (const RankDigit &digit : *pattern)
+            ranks.insert(ranks.end(), {digit.stride, digit.size, digit.weight});
+        rows.push_back(std::make_pair(
+            it->second, it->second + static_cast<int64_t>(pattern->size())));
+      }
+    }
+  }
+};
+
 /// Position p's block of `schedule` (see CommColumn for what is relative).
 Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
-              int64_t copyColumns, const GroupShapes &shapes) {
+              int64_t copyColumns, const GroupShapes &shapes,
+              const RankPatterns &patterns) {
   const std::vector<int64_t> &devices = schedule.devices;
   int64_t device = devices[p];
   Block block;
@@ -256,7 +368,12 @@ Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
       group = segment.groups[mine.group];
       range[kMembersBegin] = shapes.offsetOf[s][mine.group];
       range[kMembersEnd] = range[kMembersBegin] + group.size();
-      range[kMembersRank] = rankIn(group, device);
+      if (auto digits = patterns.rowsOf[s][mine.group]) {
+        range[kRankBegin] = digits->first;
+        range[kRankEnd] = digits->second;
+      } else {
+        range[kMembersRank] = rankIn(group, device);
+      }
     }
     range[kBeforeBegin] = block.copies.size() / copyColumns;
     appendCopies(block.copies, mine.before);
@@ -264,20 +381,25 @@ Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
     range[kCommBegin] = block.comms.size() / kCommColumns;
     int64_t packed = 0; // before rows some call needs first
     for (const planner::CommRow &row : mine.comm) {
-      int64_t rank;
-      if (isCollective(segment.method))
+      // Nothing of a collective's row depends on the caller (CommColumn).
+      int64_t peer = 0, rank = 0;
+      if (segment.method == planner::SegmentMethod::Broadcast) {
         rank = rankIn(group, row.peer);
-      else
+      } else if (!isCollective(segment.method)) {
+        peer = row.peer - device;
         rank = (llvm::lower_bound(devices, row.peer) - devices.begin()) -
                static_cast<int64_t>(p);
+      }
       int64_t packsBegin = sendRecv ? packed : 0;
       if (sendRecv)
         packed = std::max(packed, row.packsBefore);
-      block.comms.insert(block.comms.end(),
-                         {static_cast<int64_t>(row.kind), row.peer - device,
-                          row.stagingOffset, row.bytes, rank,
-                          static_cast<int64_t>(row.space), packsBegin,
-                          sendRecv ? packed : 0});
+      block.comms.insert(
+          block.comms.end(),
+          {static_cast<int64_t>(row.kind), peer, row.stagingOffset, row.bytes,
+           rank, static_cast<int64_t>(row.space), packsBegin,
+           sendRecv ? packed : 0,
+           row.result ? static_cast<int64_t>(row.result->space) : -1,
+           row.result ? row.result->offset : 0});
     }
     range[kCommEnd] = block.comms.size() / kCommColumns;
     range[kPackedEnd] = range[kBeforeBegin] + packed;
@@ -298,6 +420,7 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
   BlockTables tables;
   GroupShapes shapes(schedule);
   tables.members = std::move(shapes.members);
+  RankPatterns patterns(schedule, rowsOf);
   for (const planner::Segment &segment : schedule.segments)
     for (const std::vector<int64_t> &group : segment.groups)
       tables.maxGroupSize =
@@ -314,9 +437,9 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
     }
     auto [known, fresh] = numberOfRows.try_emplace(rows, 0);
     if (fresh) {
-      auto [it, inserted] =
-          numberOf.try_emplace(blockOf(schedule, rows, copyColumns, shapes),
-                               static_cast<int64_t>(unique.size()));
+      auto [it, inserted] = numberOf.try_emplace(
+          blockOf(schedule, rows, copyColumns, shapes, patterns),
+          static_cast<int64_t>(unique.size()));
       if (inserted)
         unique.push_back(&it->first);
       known->second = it->second;
@@ -344,6 +467,9 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
       range[kCommEnd] += commBase[b];
       tables.ranges.insert(tables.ranges.end(), range.begin(), range.end());
     }
+  tables.ranks = std::move(patterns.ranks);
+  for (size_t c = 0; c < tables.comms.size(); c += kCommColumns)
+    tables.hasResults |= tables.comms[c + kResultSpace] >= 0;
   for (size_t c = 0; c < tables.copies.size(); c += copyColumns) {
     tables.hasAccumulate |= tables.copies[c + kKind] ==
                             static_cast<int64_t>(planner::CopyKind::Accumulate);
@@ -511,6 +637,7 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
   shape.accumulatesIntoDestination = schedule->accumulatesIntoDestination;
   tables.hasAccumulate = built.hasAccumulate;
   tables.hasZero = built.hasZero;
+  tables.hasResults = built.hasResults;
   tables.numBlocks = built.staging.size();
   tables.maxGroupSize = built.maxGroupSize;
   int64_t numBlocks = tables.numBlocks;
@@ -536,6 +663,11 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
     tables.members =
         addGlobal(prefix + "_members",
                   {static_cast<int64_t>(built.members.size())}, built.members);
+  if (!built.ranks.empty())
+    tables.ranks = addGlobal(
+        prefix + "_ranks",
+        {static_cast<int64_t>(built.ranks.size()) / kRankColumns, kRankColumns},
+        built.ranks);
   return &tables;
 }
 
@@ -611,7 +743,10 @@ Value ScheduleEmitter::baseOf(Value space) {
 
 void ScheduleEmitter::loadTables(Value position) {
   // Every table but `blocks` is indexed by the device's block.
+  this->position = position;
   block = e.toIndex(e.load(table(tables.blocks), {position}));
+  if (!tables.ranks.empty())
+    ranks = table(tables.ranks);
   if (!tables.copies.empty())
     copies = table(tables.copies);
   if (!tables.comms.empty())
@@ -622,6 +757,66 @@ void ScheduleEmitter::loadTables(Value position) {
   // group is written out as device ids before each collective call.
   if (!tables.members.empty())
     members = table(tables.members);
+}
+
+Value ScheduleEmitter::callerRank(Value rangeRow) {
+  Value constant = e.load(ranges, {rangeRow, e.index(kMembersRank)});
+  if (!ranks)
+    return constant;
+  Value at = e.toI64(position);
+  auto digits = scf::ForOp::create(
+      b, loc, rangeColumn(rangeRow, kRankBegin),
+      rangeColumn(rangeRow, kRankEnd), e.index(1), ValueRange{constant},
+      [&](OpBuilder &nested, Location loc, Value row, ValueRange rank) {
+        Emitter in(nested, loc);
+        auto column = [&](int64_t c) {
+          return in.load(ranks, {row, in.index(c)});
+        };
+        Value digit = arith::RemSIOp::create(
+            nested, loc,
+            arith::DivSIOp::create(nested, loc, at, column(kDigitStride)),
+            column(kDigitSize));
+        Value sum = in.add(rank.front(), in.mul(digit, column(kDigitWeight)));
+        scf::YieldOp::create(nested, loc, sum);
+      });
+  return digits.getResult(0);
+}
+
+ScheduleEmitter::CallerGroup ScheduleEmitter::callerGroup(Value rangeRow,
+                                                          Value device) {
+  CallerGroup group;
+  group.rank = callerRank(rangeRow);
+  std::tie(group.ids, group.count) =
+      e.group(ranges, rangeRow, members, device, group.rank, groupBuffer);
+  return group;
+}
+
+ScheduleEmitter::CollectiveRow
+ScheduleEmitter::collectiveRow(planner::SegmentMethod method, Value row,
+                               Value rank) {
+  CollectiveRow fields;
+  Value at = commAddress(row);
+  fields.bytes = commColumn(row, kBytes);
+  fields.count = arith::DivSIOp::create(b, loc, fields.bytes,
+                                        e.i64(schedule.elementBytes));
+  Value own = e.add(at, e.mul(rank, fields.bytes));
+  // In place: one buffer, the caller's chunk in it.
+  fields.send = method == planner::SegmentMethod::AllGather ? own : at;
+  fields.recv = method == planner::SegmentMethod::ReduceScatter ? own : at;
+  if (!tables.hasResults)
+    return fields;
+  Value space = commColumn(row, kResultSpace);
+  Value inPlace = e.eq(space, -1);
+  Value result = e.add(baseOf(space), commColumn(row, kResultOffset));
+  auto select = [&](Value inPlaceValue, Value outOfPlaceValue) {
+    return arith::SelectOp::create(b, loc, inPlace, inPlaceValue,
+                                   outOfPlaceValue)
+        .getResult();
+  };
+  if (method == planner::SegmentMethod::AllGather)
+    fields.send = select(own, at);
+  fields.recv = select(fields.recv, result);
+  return fields;
 }
 
 void ScheduleEmitter::emitSegments() {

@@ -67,15 +67,32 @@ enum RangeColumn : int64_t {
   /// n per member.
   kMembersBegin,
   kMembersEnd,
+  /// The rank is kMembersRank plus, over the rows [kRankBegin, kRankEnd)
+  /// of the plan's ranks table (RankColumn), a digit of the device's
+  /// position each: XLA's iota groups. Where a group's positions follow
+  /// such a pattern (the groups along mesh axes of a mesh with iota ids)
+  /// its members' ranges rows are the same and they share one block;
+  /// elsewhere (arbitrary ids) the rank is the constant alone.
   kMembersRank,
+  kRankBegin,
+  kRankEnd,
   kRangeColumns
 };
+/// Columns of the ranks table: a rank digit is
+/// ((position / kDigitStride) % kDigitSize) * kDigitWeight.
+enum RankColumn : int64_t {
+  kDigitStride,
+  kDigitSize,
+  kDigitWeight,
+  kRankColumns
+};
 /// Columns of a communication row, relative to the calling device so that
-/// devices doing the same thing share rows: the peer (or broadcast root) as
-/// a device id minus the caller's, and as a rank (send/recv: the peer's
-/// position in the program's devices minus the caller's; broadcast: the
-/// root's index in the group; other collectives, whose peer is the caller:
-/// the caller's index in its group), for runtimes that address ranks.
+/// devices doing the same thing share rows: the peer of a send/recv as a
+/// device id minus the caller's and as the peer's position in the
+/// program's devices minus the caller's (for runtimes that address
+/// ranks); a broadcast's root as its index in the group. Other collectives
+/// name neither (their peer is the caller, whose rank the range row
+/// gives).
 enum CommColumn : int64_t {
   kCommKind,
   kPeer,
@@ -90,6 +107,10 @@ enum CommColumn : int64_t {
   /// that each box leaves as soon as it is packed.
   kPacksBegin,
   kPacksEnd,
+  /// Collectives out of place (planner::CommRow::result): where the result
+  /// goes, as a space and an offset; -1: in place.
+  kResultSpace,
+  kResultOffset,
   kCommColumns
 };
 
@@ -122,11 +143,15 @@ struct PlanTables {
   /// `staging` per block; `members` holds every distinct group shape, as
   /// member id - the group's first id (empty when the plan has none).
   std::string copies, ranges, comms, staging, members, blocks;
+  /// Rank digits (RankColumn; empty when every rank is a constant).
+  std::string ranks;
   int64_t numBlocks = 0;
   /// The largest collective group (members materialized per call).
   int64_t maxGroupSize = 0;
   bool hasAccumulate = false;
   bool hasZero = false;
+  /// Some collective writes out of place.
+  bool hasResults = false;
 };
 
 /// Builds (once per plan) and finds the tables of exchanges in `module`.
@@ -254,13 +279,12 @@ public:
   }
 
   /// The caller's group in a collective segment, from the range row
-  /// `rangeRow` and the relative `members` table: its absolute ids written
-  /// to `buffer`, returned with their count.
+  /// `rangeRow`, the relative `members` table and the caller's `rank`: its
+  /// absolute ids written to `buffer`, returned with their count.
   std::pair<Value, Value> group(Value ranges, Value rangeRow, Value members,
-                                Value device, Value buffer) {
+                                Value device, Value rank, Value buffer) {
     Value begin = load(ranges, {rangeRow, index(kMembersBegin)});
     Value end = load(ranges, {rangeRow, index(kMembersEnd)});
-    Value rank = load(ranges, {rangeRow, index(kMembersRank)});
     Value first = arith::SubIOp::create(
         b, loc, device, load(members, {toIndex(add(begin, rank))}));
     loop(toIndex(begin), toIndex(end), [&](Value i) {
@@ -328,32 +352,29 @@ protected:
     Value offset = commColumn(row, kStagingOffset);
     return e.add(base, offset);
   }
-  /// What a collective's communication row names: the buffer (in place),
-  /// its bytes, the caller's own chunk in it (at + rank * bytes: all-gather
-  /// and reduce-scatter) and its element count.
+  /// What a collective's communication row names, as NCCL's calls take
+  /// it: the send and receive addresses (in place the one buffer, the
+  /// caller's own chunk at + rank * bytes for all-gather and
+  /// reduce-scatter; out of place the buffer and the result), the bytes of
+  /// one chunk and its element count.
   struct CollectiveRow {
-    Value at, bytes, own, count;
+    Value send, recv, bytes, count;
   };
-  CollectiveRow collectiveRow(Value row) {
-    CollectiveRow fields;
-    fields.at = commAddress(row);
-    fields.bytes = commColumn(row, kBytes);
-    fields.own =
-        e.add(fields.at, e.mul(commColumn(row, kPeerRank), fields.bytes));
-    fields.count = arith::DivSIOp::create(b, loc, fields.bytes,
-                                          e.i64(schedule.elementBytes));
-    return fields;
-  }
+  CollectiveRow collectiveRow(planner::SegmentMethod method, Value row,
+                              Value rank);
+  /// The caller's group of a collective segment: its device ids (written
+  /// to `groupBuffer`), their count and the caller's index among them.
+  struct CallerGroup {
+    Value ids, count, rank;
+  };
+  CallerGroup callerGroup(Value rangeRow, Value device);
   /// Runs the branch of a copy row's kind (planner::CopyKind), testing only
   /// for the kinds the plan has.
   void byCopyKind(Value kind, llvm::function_ref<void()> copy,
                   llvm::function_ref<void()> zero,
                   llvm::function_ref<void()> accumulate);
-  /// The caller's group of a collective segment, as device ids in
-  /// `groupBuffer`, with its count.
-  std::pair<Value, Value> callerGroup(Value rangeRow, Value device) {
-    return e.group(ranges, rangeRow, members, device, groupBuffer);
-  }
+  /// The caller's rank in its group of a collective segment (RangeColumn).
+  Value callerRank(Value rangeRow);
 
   OpBuilder &b;
   Emitter e;
@@ -365,9 +386,9 @@ protected:
   /// source tile, the result tile and the staging buffer, and the
   /// function's buffer for collective groups (when the plan has members).
   Value sourceAddress, resultAddress, stagingAddress, groupBuffer;
-  /// Set by loadTables: the device's block, and the tables (copies and
-  /// comms null when the plan has none).
-  Value block, copies, comms, ranges, members;
+  /// Set by loadTables: the device's position and block, and the tables
+  /// (copies, comms and ranks null when the plan has none).
+  Value position, block, copies, comms, ranges, members, ranks;
 };
 
 } // namespace polymesh::conversion

@@ -288,26 +288,31 @@ void CpuExchangeEmitter::emitMpiSendRecv(Value isSend, Value route,
   });
 }
 
+/// The rank column is the root's index in the group, whose id the group
+/// holds.
 void CpuExchangeEmitter::emitBroadcast(Value rangeRow) {
-  auto [group, numMembers] = callerGroup(rangeRow, device);
+  auto [group, numMembers, rank] = callerGroup(rangeRow, device);
   Value begin = rangeColumn(rangeRow, kCommBegin);
   Value end = rangeColumn(rangeRow, kCommEnd);
   e.loop(begin, end, [&](Value row) {
     Value at = e.pointer(commAddress(row));
-    Value root = e.add(device, commColumn(row, kPeer));
+    Value slot = LLVM::GEPOp::create(
+        b, loc, LLVM::LLVMPointerType::get(b.getContext()), b.getI64Type(),
+        group, ValueRange{commColumn(row, kPeerRank)});
+    Value root = LLVM::LoadOp::create(b, loc, b.getI64Type(), slot);
     e.call(declare(RuntimeFunction::Broadcast),
            {runtime, device, group, numMembers, root, at, at,
             commColumn(row, kBytes)});
   });
 }
 
-/// In place in staging (or the source tile), as the row says; the rank
-/// column is the caller's index among the members.
+/// In place in staging (or the source tile), or out of place from one
+/// tile to another, as the row says.
 void CpuExchangeEmitter::emitCollective(planner::SegmentMethod method,
                                         Value rangeRow) {
   if (method == planner::SegmentMethod::Broadcast)
     return emitBroadcast(rangeRow);
-  auto [group, numMembers] = callerGroup(rangeRow, device);
+  auto [group, numMembers, rank] = callerGroup(rangeRow, device);
   Value sum = arith::ConstantIntOp::create(b, loc, POLYMESH_RT_SUM, 32);
   // Only schedules of element types the runtime sums have sum segments.
   Value dtype = arith::ConstantIntOp::create(
@@ -315,22 +320,22 @@ void CpuExchangeEmitter::emitCollective(planner::SegmentMethod method,
   Value begin = rangeColumn(rangeRow, kCommBegin);
   Value end = rangeColumn(rangeRow, kCommEnd);
   e.loop(begin, end, [&](Value row) {
-    auto [at, bytes, own, count] = collectiveRow(row);
+    auto [send, recv, bytes, count] = collectiveRow(method, row, rank);
     switch (method) {
     case planner::SegmentMethod::AllGather:
       e.call(declare(RuntimeFunction::AllGather),
-             {runtime, device, group, numMembers, e.pointer(own), e.pointer(at),
-              bytes});
+             {runtime, device, group, numMembers, e.pointer(send),
+              e.pointer(recv), bytes});
       break;
     case planner::SegmentMethod::AllReduce:
       e.call(declare(RuntimeFunction::AllReduce),
-             {runtime, device, group, numMembers, e.pointer(at), e.pointer(at),
-              count, dtype, sum});
+             {runtime, device, group, numMembers, e.pointer(send),
+              e.pointer(recv), count, dtype, sum});
       break;
     default:
       e.call(declare(RuntimeFunction::ReduceScatter),
-             {runtime, device, group, numMembers, e.pointer(at), e.pointer(own),
-              count, dtype, sum});
+             {runtime, device, group, numMembers, e.pointer(send),
+              e.pointer(recv), count, dtype, sum});
       break;
     }
   });

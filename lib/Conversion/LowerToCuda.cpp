@@ -490,7 +490,7 @@ void CudaExchangeEmitter::emitSendRecv(Value rangeRow) {
 }
 
 void CudaExchangeEmitter::emitBroadcast(Value rangeRow) {
-  auto [group, numMembers] = callerGroup(rangeRow, frame.device);
+  auto [group, numMembers, rank] = callerGroup(rangeRow, frame.device);
   Value type = uint8();
   Value begin = rangeColumn(rangeRow, kCommBegin);
   Value end = rangeColumn(rangeRow, kCommEnd);
@@ -507,14 +507,14 @@ void CudaExchangeEmitter::emitBroadcast(Value rangeRow) {
   });
 }
 
-/// NCCL's in-place forms on the members' communicator: the rank column is
-/// the caller's index among the members. All-gather moves bytes; sums use
-/// the element type.
+/// NCCL's in-place or out-of-place forms, as the row says, on the
+/// members' communicator. All-gather moves bytes; sums use the element
+/// type.
 void CudaExchangeEmitter::emitCollective(planner::SegmentMethod method,
                                          Value rangeRow) {
   if (method == planner::SegmentMethod::Broadcast)
     return emitBroadcast(rangeRow);
-  auto [group, numMembers] = callerGroup(rangeRow, frame.device);
+  auto [group, numMembers, rank] = callerGroup(rangeRow, frame.device);
   Value type = uint8();
   Value dtype = arith::ConstantIntOp::create(
       b, loc, ncclSumDtype(element).value_or(-1), 32);
@@ -525,22 +525,20 @@ void CudaExchangeEmitter::emitCollective(planner::SegmentMethod method,
   e.loop(begin, end, [&](Value row) {
     Value comm = call(RuntimeFunction::NcclComm,
                       {frame.runtime, frame.device, group, numMembers});
-    auto [at, bytes, own, count] = collectiveRow(row);
+    auto [send, recv, bytes, count] = collectiveRow(method, row, rank);
+    Value from = e.pointer(send), to = e.pointer(recv);
     switch (method) {
     case planner::SegmentMethod::AllGather:
       callNccl(RuntimeFunction::NcclAllGather,
-               {e.pointer(own), e.pointer(at), bytes, type, comm, stream},
-               comm);
+               {from, to, bytes, type, comm, stream}, comm);
       break;
     case planner::SegmentMethod::AllReduce:
       callNccl(RuntimeFunction::NcclAllReduce,
-               {e.pointer(at), e.pointer(at), count, dtype, sum, comm, stream},
-               comm);
+               {from, to, count, dtype, sum, comm, stream}, comm);
       break;
     default:
       callNccl(RuntimeFunction::NcclReduceScatter,
-               {e.pointer(at), e.pointer(own), count, dtype, sum, comm, stream},
-               comm);
+               {from, to, count, dtype, sum, comm, stream}, comm);
       break;
     }
   });

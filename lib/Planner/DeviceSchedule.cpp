@@ -173,6 +173,10 @@ struct TileSet {
   const std::vector<Tile> &source, &destination;
   int64_t eb;
   int outerDims;
+  /// Every destination element is written once, by a copy (no zero fills,
+  /// no sums into the destination): a collective may write a member's
+  /// whole destination tile early.
+  bool plainDestination = false;
 
   const Tile &of(BufferKind kind, size_t position) const {
     return kind == BufferKind::Source ? source[position]
@@ -268,6 +272,81 @@ Piece collectivePiece(SegmentMethod method, size_t step, int phase,
   return piece;
 }
 
+/// Whether `pieces`, in order, are `tile`'s bytes in order: a collective
+/// over the pieces can run on the tile itself. Members of one group mostly
+/// share their tile's box, so answers are kept by box.
+class TileInOrder {
+public:
+  TileInOrder(const std::vector<Box> &pieces, const TileSet &tiles)
+      : pieces(pieces), tiles(tiles) {}
+
+  bool operator()(const Tile &tile) {
+    auto [it, inserted] = known.try_emplace({tile.box.lo, tile.box.hi}, false);
+    if (inserted)
+      it->second = compute(tile);
+    return it->second;
+  }
+
+private:
+  bool compute(const Tile &tile) const {
+    int64_t at = 0;
+    for (const Box &piece : pieces) {
+      if (!tile.box.encloses(piece) || !contiguousIn(tile, piece) ||
+          inTile(BufferSpace::Source, tile, piece).offset != at)
+        return false;
+      at += piece.numElements() * tiles.eb;
+    }
+    return at == tile.box.numElements() * tiles.eb;
+  }
+
+  const std::vector<Box> &pieces;
+  const TileSet &tiles;
+  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, bool> known;
+};
+
+/// An all-gather phase in which every member sends one box that is one run
+/// of its source tile and the boxes in rank order are every member's whole
+/// destination tile: one out-of-place all-gather from tile to tile, no
+/// staging. It also writes each member's own box into its destination (a
+/// copy the plan makes in another step, of the same bytes), so it needs a
+/// plain destination.
+std::optional<Piece>
+directAllGather(const std::vector<int64_t> &members,
+                const std::vector<const Transfer *> &transfers, int64_t chunk,
+                size_t s, int phase, const TileSet &tiles) {
+  size_t n = members.size();
+  if (!tiles.plainDestination || transfers.size() != n)
+    return std::nullopt;
+  std::vector<const Transfer *> byRank(n, nullptr);
+  for (const Transfer *transfer : transfers) {
+    size_t rank =
+        std::lower_bound(members.begin(), members.end(), transfer->srcDevice) -
+        members.begin();
+    if (byRank[rank] || transfer->srcBuffer != BufferKind::Source ||
+        transfer->dstBuffer != BufferKind::Destination)
+      return std::nullopt;
+    byRank[rank] = transfer;
+  }
+  std::vector<Box> boxes;
+  for (const Transfer *transfer : byRank)
+    boxes.push_back(transfer->box);
+  TileInOrder gathered(boxes, tiles);
+  Piece piece = collectivePiece(SegmentMethod::AllGather, s, phase, members);
+  for (size_t rank = 0; rank < n; ++rank) {
+    size_t p = *tiles.position(members[rank]);
+    const Tile &from = tiles.source[p];
+    const Tile &to = tiles.destination[p];
+    if (!contiguousIn(from, boxes[rank]) || !to.present || !gathered(to))
+      return std::nullopt;
+    CommRow row{CommKind::AllGather, members[rank],
+                inTile(BufferSpace::Source, from, boxes[rank]).offset, chunk,
+                BufferSpace::Source};
+    row.result = BufferPlace{BufferSpace::Destination, 0};
+    piece.rows[p].comm.push_back(row);
+  }
+  return piece;
+}
+
 /// One in-place all-gather, when every member of an all-gather phase sends
 /// the same number of bytes, unsummed, to every other member. Each member
 /// packs its boxes at rank * chunk (in transfer order); receivers unpack in
@@ -303,6 +382,9 @@ std::optional<Piece> matchAllGather(const Step &step, size_t s, int phase,
   if (chunk == 0 || std::any_of(contributed.begin(), contributed.end(),
                                 [&](int64_t bytes) { return bytes != chunk; }))
     return std::nullopt;
+  if (std::optional<Piece> direct =
+          directAllGather(members, transfers, chunk, s, phase, tiles))
+    return direct;
 
   Piece piece = collectivePiece(SegmentMethod::AllGather, s, phase, members);
   std::vector<int64_t> packed(n, 0);
@@ -345,38 +427,6 @@ bool everyMemberHolds(const std::vector<int64_t> &members,
   });
 }
 
-/// Whether `pieces`, in order, are `tile`'s bytes in order: a collective
-/// over the pieces can run on the tile itself. Members of one group mostly
-/// share their tile's box, so answers are kept by box.
-class InPlaceCheck {
-public:
-  InPlaceCheck(const std::vector<Box> &pieces, const TileSet &tiles)
-      : pieces(pieces), tiles(tiles) {}
-
-  bool operator()(const Tile &tile) {
-    auto [it, inserted] = known.try_emplace({tile.box.lo, tile.box.hi}, false);
-    if (inserted)
-      it->second = compute(tile);
-    return it->second;
-  }
-
-private:
-  bool compute(const Tile &tile) const {
-    int64_t at = 0;
-    for (const Box &piece : pieces) {
-      if (!contiguousIn(tile, piece) ||
-          inTile(BufferSpace::Source, tile, piece).offset != at)
-        return false;
-      at += piece.numElements() * tiles.eb;
-    }
-    return at == tile.box.numElements() * tiles.eb;
-  }
-
-  const std::vector<Box> &pieces;
-  const TileSet &tiles;
-  std::map<std::pair<std::vector<int64_t>, std::vector<int64_t>>, bool> known;
-};
-
 /// One in-place sum over `members` of `pieces`: afterwards every member
 /// holds the sum over all members of every piece, which is what an
 /// all-reduce step leaves (each piece reduced onto its owner, then copied
@@ -393,7 +443,7 @@ std::optional<Piece> allReduceOf(const std::vector<int64_t> &members,
   int64_t total = 0;
   for (const Box &piece : pieces)
     total += piece.numElements() * tiles.eb;
-  InPlaceCheck inPlace(pieces, tiles);
+  TileInOrder inPlace(pieces, tiles);
   for (int64_t member : members) {
     size_t p = *tiles.position(member);
     const Tile &tile = tiles.source[p];
@@ -493,7 +543,7 @@ std::optional<Piece> reduceScatterOf(const std::vector<int64_t> &members,
 
   Piece piece =
       collectivePiece(SegmentMethod::ReduceScatter, s, phase, members);
-  InPlaceCheck inPlace(byRank, tiles);
+  TileInOrder inPlace(byRank, tiles);
   for (size_t rank = 0; rank < n; ++rank) {
     size_t p = *tiles.position(members[rank]);
     const Tile &tile = tiles.source[p];
@@ -1020,6 +1070,269 @@ absl::Status scheduleIdentity(DeviceSchedule &schedule, const TileSet &tiles,
   return absl::OkStatus();
 }
 
+/// Per position, the steps that involve the device (send from it, write to
+/// it, or sum over it), in order.
+std::vector<std::vector<size_t>> stepsInvolving(const TransferPlan &plan,
+                                                const TileSet &tiles) {
+  std::vector<std::vector<size_t>> steps(tiles.source.size());
+  auto involves = [&](int64_t device, size_t s) {
+    if (std::optional<size_t> p = tiles.position(device))
+      if (steps[*p].empty() || steps[*p].back() != s)
+        steps[*p].push_back(s);
+  };
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const Step &step = plan.steps[s];
+    if (step.isSymbolic())
+      for (int64_t member : step.devices)
+        involves(member, s);
+    for (const Transfer &transfer : step.transfers) {
+      involves(transfer.srcDevice, s);
+      for (int64_t dst : transfer.dstDevices)
+        involves(dst, s);
+    }
+  }
+  return steps;
+}
+
+/// Whether some row of `schedule` writes a source tile.
+bool writesSourceBuffer(const DeviceSchedule &schedule) {
+  for (const Segment &segment : schedule.segments)
+    for (size_t p = 0; p < segment.perDevice.size(); ++p) {
+      const DeviceSegment &rows = segment.perDevice[p];
+      for (const std::vector<CopyRow> *copies : {&rows.before, &rows.after})
+        for (const CopyRow &row : *copies)
+          if (row.dstSpace == BufferSpace::Source)
+            return true;
+      for (const CommRow &row : rows.comm) {
+        // A broadcast's root sends.
+        if (row.kind == CommKind::Send || (row.kind == CommKind::Broadcast &&
+                                           row.peer == schedule.devices[p]))
+          continue;
+        BufferSpace written = row.result ? row.result->space : row.space;
+        if (written == BufferSpace::Source)
+          return true;
+      }
+    }
+  return false;
+}
+
+/// Schedules a plan's steps in order, each one as a collective where one
+/// carries it, else phase by phase.
+class StepScheduler {
+public:
+  StepScheduler(const TransferPlan &plan, const TileSet &tiles,
+                const ScheduleOptions &options, SegmentBuilder &builder)
+      : plan(plan), tiles(tiles), options(options), builder(builder),
+        stepsOf(stepsInvolving(plan, tiles)) {}
+
+  absl::Status run() {
+    findDirectGathers();
+    for (size_t s = 0; s < plan.steps.size(); ++s)
+      if (absl::Status status = scheduleStep(s); !status.ok())
+        return status;
+    return absl::OkStatus();
+  }
+
+private:
+  absl::Status scheduleStep(size_t s);
+  /// Adds the sum `piece` of step s, first taking the copies of its result
+  /// that later steps make where it can (fuseResultCopy).
+  void addSum(Piece piece, size_t s, bool lastPhase = true) {
+    if (lastPhase && tiles.plainDestination)
+      for (auto &[p, rows] : piece.rows)
+        fuseResultCopy(piece.members, p, rows, s);
+    builder.add(std::move(piece));
+  }
+  void fuseResultCopy(const std::vector<int64_t> &members, size_t p,
+                      DeviceSegment &rows, size_t s);
+  void findDirectGathers();
+  void takeOwnCopy(size_t p, size_t s, const Transfer &sent);
+  /// The transfers of local-copy step t from each device.
+  const std::unordered_map<int64_t, std::vector<size_t>> &copiesIn(size_t t);
+
+  const TransferPlan &plan;
+  const TileSet &tiles;
+  const ScheduleOptions &options;
+  SegmentBuilder &builder;
+  std::vector<std::vector<size_t>> stepsOf;
+  std::map<size_t, std::unordered_map<int64_t, std::vector<size_t>>> copies;
+  /// Per step, the transfers that a sum or an all-gather of another step
+  /// does.
+  std::map<size_t, std::set<size_t>> taken;
+  /// The all-gathers that go straight to destination tiles, by step phase.
+  std::map<std::pair<size_t, int>, Piece> directGathers;
+};
+
+/// Finds the all-gathers that go straight between tiles before scheduling
+/// any step: such a gather also writes each member's own box to its
+/// destination, so the local copy of that box (the step next to it for the
+/// member, before or after) goes.
+void StepScheduler::findDirectGathers() {
+  if (!options.collectives || !tiles.plainDestination)
+    return;
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const Step &step = plan.steps[s];
+    if (step.kind != StepKind::AllGather || step.isSymbolic())
+      continue;
+    int maxPhase = 0;
+    for (const Transfer &transfer : step.transfers)
+      maxPhase = std::max(maxPhase, transfer.phase);
+    for (int phase = 0; phase <= maxPhase; ++phase) {
+      std::optional<Piece> piece = matchAllGather(step, s, phase, tiles);
+      if (!piece || piece->rows.empty() ||
+          !piece->rows.begin()->second.comm.at(0).result)
+        continue;
+      for (const Transfer &transfer : step.transfers)
+        if (transfer.phase == phase && !transfer.box.empty())
+          takeOwnCopy(*tiles.position(transfer.srcDevice), s, transfer);
+      directGathers.emplace(std::make_pair(s, phase), std::move(*piece));
+    }
+  }
+}
+
+/// Takes, from the step next to step s for position p, the local copy of
+/// the box p sends in s from its source to its own destination.
+void StepScheduler::takeOwnCopy(size_t p, size_t s, const Transfer &sent) {
+  const std::vector<size_t> &involved = stepsOf[p];
+  auto at = std::lower_bound(involved.begin(), involved.end(), s);
+  std::vector<size_t> neighbours;
+  if (at != involved.begin())
+    neighbours.push_back(*(at - 1));
+  if (at != involved.end() && at + 1 != involved.end())
+    neighbours.push_back(*(at + 1));
+  for (size_t t : neighbours) {
+    if (plan.steps[t].kind != StepKind::LocalCopy || plan.steps[t].isSymbolic())
+      continue;
+    auto from = copiesIn(t).find(sent.srcDevice);
+    if (from == copiesIn(t).end())
+      continue;
+    for (size_t i : from->second) {
+      const Transfer &copy = plan.steps[t].transfers[i];
+      if (!copy.accumulate && copy.box == sent.box &&
+          copy.srcBuffer == BufferKind::Source &&
+          copy.dstBuffer == BufferKind::Destination &&
+          copy.dstDevices == std::vector<int64_t>{sent.srcDevice}) {
+        taken[t].insert(i);
+        return;
+      }
+    }
+  }
+}
+
+const std::unordered_map<int64_t, std::vector<size_t>> &
+StepScheduler::copiesIn(size_t t) {
+  auto [it, inserted] = copies.try_emplace(t);
+  if (inserted)
+    for (size_t i = 0; i < plan.steps[t].transfers.size(); ++i)
+      it->second[plan.steps[t].transfers[i].srcDevice].push_back(i);
+  return it->second;
+}
+
+/// A sum left in place in member p's source tile (`rows`: an all-reduce or
+/// a reduce-scatter of step s) that the next step involving p only copies
+/// to p's destination tile, where it is that whole tile laid out alike and
+/// nothing later reads p's source: the collective writes the destination
+/// instead (out of place). The source tile is then not written, so the
+/// lowering need not copy it first, and the local copy goes. Moving the
+/// write earlier is safe: no step in between involves p, and the
+/// destination is plain (written once, by this copy).
+void StepScheduler::fuseResultCopy(const std::vector<int64_t> &members,
+                                   size_t p, DeviceSegment &rows, size_t s) {
+  if (rows.comm.size() != 1 || rows.comm[0].space != BufferSpace::Source ||
+      rows.comm[0].result)
+    return;
+  CommRow &row = rows.comm[0];
+  const std::vector<size_t> &involved = stepsOf[p];
+  auto next = std::upper_bound(involved.begin(), involved.end(), s);
+  // The copy is p's last use of its source.
+  if (next == involved.end() || next + 1 != involved.end())
+    return;
+  size_t t = *next;
+  if (plan.steps[t].kind != StepKind::LocalCopy || plan.steps[t].isSymbolic())
+    return;
+  auto from = copiesIn(t).find(row.peer);
+  if (from == copiesIn(t).end() || from->second.size() != 1)
+    return;
+  const Transfer &copy = plan.steps[t].transfers[from->second.front()];
+  const Box &box = copy.box;
+  int64_t at = row.stagingOffset;
+  if (row.kind == CommKind::ReduceScatter)
+    at += row.bytes *
+          (std::lower_bound(members.begin(), members.end(), row.peer) -
+           members.begin());
+  const Tile &source = tiles.source[p];
+  const Tile &destination = tiles.destination[p];
+  if (copy.accumulate || copy.srcBuffer != BufferKind::Source ||
+      copy.dstBuffer != BufferKind::Destination ||
+      copy.dstDevices != std::vector<int64_t>{row.peer} ||
+      box.numElements() * tiles.eb != row.bytes || !source.box.encloses(box) ||
+      !contiguousIn(source, box) ||
+      inTile(BufferSpace::Source, source, box).offset != at ||
+      !destination.present || destination.box != box ||
+      !contiguousIn(destination, box))
+    return;
+  row.result = BufferPlace{BufferSpace::Destination, 0};
+  taken[t].insert(from->second.front());
+}
+
+absl::Status StepScheduler::scheduleStep(size_t s) {
+  bool sums = options.collectives && options.reductions;
+  // A symbolic reduction is one collective, or its transfers where it
+  // cannot be (sums the runtime does not add, overlapping pieces).
+  std::optional<Step> rewritten;
+  if (plan.steps[s].isSymbolic()) {
+    if (sums)
+      if (std::optional<Piece> piece =
+              matchSymbolicReduction(plan.steps[s], s, tiles)) {
+        addSum(std::move(*piece), s);
+        return absl::OkStatus();
+      }
+    rewritten = plan.steps[s];
+    expandSymbolicStep(*rewritten, plan.elementBytes);
+  } else if (auto done = taken.find(s); done != taken.end()) {
+    rewritten = plan.steps[s];
+    rewritten->transfers.clear();
+    for (size_t t = 0; t < plan.steps[s].transfers.size(); ++t)
+      if (!done->second.count(t))
+        rewritten->transfers.push_back(plan.steps[s].transfers[t]);
+  }
+  const Step &step = rewritten ? *rewritten : plan.steps[s];
+  // Phases the previous sum took every transfer of still get a segment.
+  int maxPhase = 0;
+  const Step &phases = plan.steps[s].isSymbolic() ? step : plan.steps[s];
+  for (const Transfer &transfer : phases.transfers)
+    maxPhase = std::max(maxPhase, transfer.phase);
+  if (sums)
+    if (std::optional<Piece> piece = matchAllReduce(step, s, tiles)) {
+      addSum(std::move(*piece), s);
+      return absl::OkStatus();
+    }
+  for (int phase = 0; phase <= maxPhase; ++phase) {
+    if (auto direct = directGathers.find({s, phase});
+        direct != directGathers.end()) {
+      builder.add(std::move(direct->second));
+      continue;
+    }
+    if (options.collectives)
+      if (std::optional<Piece> piece = matchAllGather(step, s, phase, tiles)) {
+        builder.add(std::move(*piece));
+        continue;
+      }
+    if (sums)
+      if (std::optional<Piece> piece =
+              matchReduceScatter(step, s, phase, tiles)) {
+        addSum(std::move(*piece), s, phase == maxPhase);
+        continue;
+      }
+    absl::StatusOr<Piece> piece =
+        PhaseScheduler(step, s, phase, tiles, options).run();
+    if (!piece.ok())
+      return piece.status();
+    builder.add(std::move(*piece));
+  }
+  return absl::OkStatus();
+}
+
 } // namespace
 
 const char *polymesh::planner::segmentMethodName(SegmentMethod method) {
@@ -1075,57 +1388,18 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     return schedule;
   }
 
-  // A collective segment writes what the send/recv rows would have; the
-  // flags are the plan's either way.
-  for (const Step &step : plan.steps) {
-    // A reduction adds into source tiles.
-    schedule.writesSource |= step.isSymbolic();
-    for (const Transfer &transfer : step.transfers) {
+  for (const Step &step : plan.steps)
+    for (const Transfer &transfer : step.transfers)
       if (transfer.accumulate && transfer.dstBuffer == BufferKind::Destination)
         schedule.accumulatesIntoDestination = true;
-      if (transfer.dstBuffer == BufferKind::Source)
-        schedule.writesSource = true;
-    }
-  }
-  for (size_t s = 0; s < plan.steps.size(); ++s) {
-    // A symbolic reduction is one collective, or its transfers where it
-    // cannot be (sums the runtime does not add, overlapping pieces).
-    std::optional<Step> expanded;
-    if (plan.steps[s].isSymbolic()) {
-      if (options.collectives && options.reductions)
-        if (std::optional<Piece> piece =
-                matchSymbolicReduction(plan.steps[s], s, tiles)) {
-          builder.add(std::move(*piece));
-          continue;
-        }
-      expanded = plan.steps[s];
-      expandSymbolicStep(*expanded, plan.elementBytes);
-    }
-    const Step &step = expanded ? *expanded : plan.steps[s];
-    int maxPhase = 0;
-    for (const Transfer &transfer : step.transfers)
-      maxPhase = std::max(maxPhase, transfer.phase);
-    if (options.collectives && options.reductions)
-      if (std::optional<Piece> piece = matchAllReduce(step, s, tiles)) {
-        builder.add(std::move(*piece));
-        continue;
-      }
-    for (int phase = 0; phase <= maxPhase; ++phase) {
-      std::optional<Piece> collective;
-      if (options.collectives)
-        collective = matchAllGather(step, s, phase, tiles);
-      if (!collective && options.collectives && options.reductions)
-        collective = matchReduceScatter(step, s, phase, tiles);
-      if (collective) {
-        builder.add(std::move(*collective));
-        continue;
-      }
-      absl::StatusOr<Piece> piece =
-          PhaseScheduler(step, s, phase, tiles, options).run();
-      if (!piece.ok())
-        return piece.status();
-      builder.add(std::move(*piece));
-    }
-  }
+  tiles.plainDestination =
+      !schedule.accumulatesIntoDestination &&
+      std::none_of(plan.steps.begin(), plan.steps.end(), [](const Step &step) {
+        return step.kind == StepKind::ZeroFill;
+      });
+  if (absl::Status status = StepScheduler(plan, tiles, options, builder).run();
+      !status.ok())
+    return status;
+  schedule.writesSource = writesSourceBuffer(schedule);
   return schedule;
 }

@@ -280,8 +280,8 @@ absl::Status ScheduleRun::runSendRecv(const DeviceSegment &mine) {
   return backend.groupEnd(device);
 }
 
-/// A collective segment: the device's calls, in place, over its group
-/// (DeviceSchedule.h says where each collective's bytes are).
+/// A collective segment: the device's calls over its group, in place or out
+/// of place (DeviceSchedule.h says where each collective's bytes are).
 absl::Status ScheduleRun::runCollective(const Segment &segment,
                                         const DeviceSegment &mine) {
   runCopies(mine.before, 0, mine.before.size());
@@ -291,7 +291,11 @@ absl::Status ScheduleRun::runCollective(const Segment &segment,
   int64_t rank = std::find(group.begin(), group.end(), device) - group.begin();
   for (const CommRow &row : mine.comm) {
     char *at = base(row.space) + row.stagingOffset;
+    // In place, the caller's own chunk is at + rank * bytes; out of place
+    // the call reads `at` and writes `result`.
     char *own = at + rank * row.bytes;
+    char *result =
+        row.result ? base(row.result->space) + row.result->offset : nullptr;
     int64_t count = row.bytes / schedule.elementBytes;
     absl::Status status;
     switch (segment.method) {
@@ -299,15 +303,16 @@ absl::Status ScheduleRun::runCollective(const Segment &segment,
       status = backend.broadcast(device, group, row.peer, at, at, row.bytes);
       break;
     case SegmentMethod::AllGather:
-      status = backend.allGather(device, group, own, at, row.bytes);
+      status = result ? backend.allGather(device, group, at, result, row.bytes)
+                      : backend.allGather(device, group, own, at, row.bytes);
       break;
     case SegmentMethod::AllReduce:
-      status = backend.allReduce(device, group, at, at, count, *buffers.dtype,
-                                 ReduceOp::Sum);
+      status = backend.allReduce(device, group, at, result ? result : at, count,
+                                 *buffers.dtype, ReduceOp::Sum);
       break;
     default:
-      status = backend.reduceScatter(device, group, at, own, count,
-                                     *buffers.dtype, ReduceOp::Sum);
+      status = backend.reduceScatter(device, group, at, result ? result : own,
+                                     count, *buffers.dtype, ReduceOp::Sum);
       break;
     }
     ++stats.collectiveCalls;

@@ -4,9 +4,11 @@
 
 // A data-parallel sum over 4,096 devices: the plan writes the all-reduce as
 // 4,096 pieces (not the 33.5 million transfers they stand for), the
-// schedule reads one in-place all-reduce off them, and the tables grow with
-// the group, not with its square: one comm row per device (its rank
-// differs), the group's shape stored once. Before symbolic reductions the
+// schedule reads one all-reduce off them, from the source tile into the
+// destination tile, and the tables grow with the group, not with its
+// square: the group's shape stored once, and one block (one comm row) for
+// every device, whose rank is read off its position (the ranks table:
+// position % 4096). Before symbolic reductions the
 // planner refused this reshard (2^22 transfers at most, docs/limits.md);
 // before groups were stored by shape the members table alone was 4,096^2
 // entries (docs/lowering.md, "The tables").
@@ -27,8 +29,9 @@
 // PRINT: piece [4095:4096, 0:64] summed onto 4095
 // PRINT-NEXT: chunk 1 local_copy
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_members : memref<4096xi64>
-// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_blocks : memref<4096xi64>
-// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_comms : memref<4096x8xi64>
+// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_blocks : memref<4096xi64> = dense<0>
+// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_ranks : memref<1x3xi64> = dense<{{\[}}[1, 4096, 1]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_comms : memref<1x10xi64> = dense<{{\[}}[4, 0, 0, 1048576, 0, 0, 0, 0, 1, 0]]>
 // CHECK-LABEL: func.func @sum__part0(
 // CHECK: llvm.call @polymesh_rt_all_reduce(
 // CHECK-NOT: llvm.call @polymesh_rt_send
@@ -43,13 +46,15 @@ func.func @sum(%g: tensor<4096x64xf32> {polymesh.sharding = #polymesh.sharding<@
 
 // -----
 
-// The same partial sums to row blocks: one reduce-scatter, in place in the
-// source tile (its row blocks are the pieces in rank order).
+// The same partial sums to row blocks: one reduce-scatter from the source
+// tile (its row blocks are the pieces in rank order) into the destination
+// tile, again one block for all.
 // PLAN-LABEL: func.func @scatter(
 // PLAN: reduce_scatter chunk 0 devices [0, 1, 2,
 // PLAN-SAME: pieces {0: [0, 0] : [1, 64]}
 // CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_members : memref<4096xi64>
-// CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_comms : memref<4096x8xi64>
+// CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_blocks : memref<4096xi64> = dense<0>
+// CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_comms : memref<1x10xi64> = dense<{{\[}}[5, 0, 0, 256, 0, 0, 0, 0, 1, 0]]>
 // CHECK-LABEL: func.func @scatter__part0(
 // CHECK: llvm.call @polymesh_rt_reduce_scatter(
 // CHECK-NOT: llvm.call @polymesh_rt_send

@@ -7,14 +7,18 @@
 // the loopback runtime, between a to_buffer of the input tile and a
 // to_tensor of the result. One case per kind of communication.
 
-// An all-gather over a mesh with odd ids: every device's rank in the
-// group differs, so 4 blocks; the group is stored once, as ids relative to
-// its first member, and each block's range row ends with (members begin,
-// end, the device's rank).
+// An all-gather over a mesh with odd ids: ranks (sorted ids) are not the
+// rows' order, so each device packs its rows at rank * 128 bytes of
+// staging, gathers in place (result space -1) and unpacks: 4 blocks,
+// which differ in their copy rows only. The group is stored once, as ids
+// relative to its first member; each block's range row ends with (members
+// begin, end, constant rank 0, rank digits [0, 1)): the rank is read off
+// the position, (position / 1) % 4.
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_blocks : memref<4xi64> = dense<[0, 1, 2, 3]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_members : memref<4xi64> = dense<[0, 1, 2, 3]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_ranges : memref<8x10xi64> = dense<{{\[\[}}0, 0, 0, 0, 0, 1, 0, 0, 0, 0], [5, 5, 1, 1, 5, 6, 5, 0, 0, 0], [10, 10, 2, 2, 10, 11, 10, 0, 0, 0], [15, 15, 3, 3, 15, 16, 15, 0, 0, 0], [1, 2, 0, 1, 2, 5, 1, 0, 4, 0], [6, 7, 1, 2, 7, 10, 6, 0, 4, 1], [11, 12, 2, 3, 12, 15, 11, 0, 4, 2], [16, 17, 3, 4, 17, 20, 16, 0, 4, 3]]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_comms : memref<4x8xi64> = dense<{{\[\[}}3, 0, 0, 128, 0, 2, 0, 0], [3, 0, 0, 128, 1, 2, 0, 0], [3, 0, 0, 128, 2, 2, 0, 0], [3, 0, 0, 128, 3, 2, 0, 0]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_ranks : memref<1x3xi64> = dense<{{\[\[}}1, 4, 1]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_ranges : memref<8x12xi64> = dense<{{\[\[}}0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0], [5, 5, 1, 1, 5, 6, 5, 0, 0, 0, 0, 0], [10, 10, 2, 2, 10, 11, 10, 0, 0, 0, 0, 0], [15, 15, 3, 3, 15, 16, 15, 0, 0, 0, 0, 0], [1, 2, 0, 1, 2, 5, 1, 0, 4, 0, 0, 1], [6, 7, 1, 2, 7, 10, 6, 0, 4, 0, 0, 1], [11, 12, 2, 3, 12, 15, 11, 0, 4, 0, 0, 1], [16, 17, 3, 4, 17, 20, 16, 0, 4, 0, 0, 1]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_comms : memref<4x10xi64> = dense<{{\[\[}}3, 0, 0, 128, 0, 2, 0, 0, -1, 0], [3, 0, 0, 128, 0, 2, 0, 0, -1, 0], [3, 0, 0, 128, 0, 2, 0, 0, -1, 0], [3, 0, 0, 128, 0, 2, 0, 0, -1, 0]]>
 // CHECK-LABEL: func.func @all_gather__part0(
 // CHECK-SAME: %[[RT:.*]]: !llvm.ptr, %[[DEV:.*]]: i64, %[[POS:.*]]: index, %[[IN:.*]]: tensor<4x8xf32>) -> tensor<16x8xf32>
 // CHECK: %[[GROUP:.*]] = llvm.alloca %{{.*}} x i64 {alignment = 8 : i64, polymesh.group_buffer}
@@ -44,19 +48,26 @@ func.func @all_gather(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.shardi
 // -----
 
 // A sum over "y" in two groups side by side ({0, 1} and {2, 3}): the
-// devices of a group differ by rank only, so 2 blocks. The plan sums into
-// its source: the source tile is copied first (malloc, memcpy) and freed.
-// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_blocks : memref<4xi64> = dense<[0, 1, 0, 1]>
+// devices differ by rank only, which is read off their position
+// ((position / 1) % 2), so 1 block. The sum goes from the source tile to
+// the result tile (result space 1): the source is not written, so it is
+// not copied first.
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_blocks : memref<4xi64> = dense<0>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_members : memref<2xi64> = dense<[0, 1]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_ranks : memref<1x3xi64> = dense<{{\[\[}}1, 2, 1]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_comms : memref<1x10xi64> = dense<{{\[\[}}4, 0, 0, 256, 0, 0, 0, 0, 1, 0]]>
 // CHECK-LABEL: func.func @all_reduce__part0(
-// CHECK: %[[COPY:.*]] = llvm.call @malloc(%{{.*}}) : (i64) -> !llvm.ptr
-// CHECK: "llvm.intr.memcpy"(%[[COPY]],
-// In place: send and receive are the same address.
-// CHECK: arith.divsi
-// CHECK-NEXT: %[[SEND:.*]] = llvm.inttoptr %[[AT:.*]] : i64 to !llvm.ptr
-// CHECK-NEXT: %[[RECV:.*]] = llvm.inttoptr %[[AT]] : i64 to !llvm.ptr
+// CHECK-NOT: llvm.call @malloc
+// The rank: a digit of the position per row of the ranks table.
+// CHECK: scf.for %{{.*}} = %{{.*}} to %{{.*}} step %{{.*}} iter_args
+// CHECK: arith.remsi
+// Out of place where the row's result space is set (not -1): the result.
+// CHECK: %[[IN_PLACE:.*]] = arith.cmpi eq, %{{.*}}, %c-1_i64 : i64
+// CHECK: %[[TO:.*]] = arith.select %[[IN_PLACE]], %[[AT:[0-9]+]], %{{[0-9]+}} : i64
+// CHECK-NEXT: %[[SEND:.*]] = llvm.inttoptr %[[AT]] : i64 to !llvm.ptr
+// CHECK-NEXT: %[[RECV:.*]] = llvm.inttoptr %[[TO]] : i64 to !llvm.ptr
 // CHECK: llvm.call @polymesh_rt_all_reduce(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %[[SEND]], %[[RECV]], %{{.*}}, %{{.*}}, %{{.*}})
-// CHECK: llvm.call @free(%[[COPY]])
+// CHECK-NOT: llvm.call @free
 // CHECK: bufferization.to_tensor
 
 polymesh.mesh @m = <["x"=2, "y"=2]>
@@ -68,19 +79,20 @@ func.func @all_reduce(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.shardi
 
 // -----
 
-// Partial sums over all of "x" to row blocks: one reduce-scatter in place
-// in the (copied) source tile, space 0, whose row blocks are the pieces in
-// rank order: nothing packed or unpacked. The one copy row per block is
-// the local copy of the device's summed row block (source offset r * 128)
-// into its result.
-// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_comms : memref<4x8xi64> = dense<{{\[\[}}5, 0, 0, 128, 0, 0, 0, 0], [5, 0, 0, 128, 1, 0, 0, 0], [5, 0, 0, 128, 2, 0, 0, 0], [5, 0, 0, 128, 3, 0, 0, 0]]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_copies : memref<4x9xi64> = dense<{{\[\[}}0, 0, 0, 1, 0, 128, 1, 0, 0], [0, 0, 128, 1, 0, 128, 1, 0, 0], [0, 0, 256, 1, 0, 128, 1, 0, 0], [0, 0, 384, 1, 0, 128, 1, 0, 0]]>
+// Partial sums over all of "x" to row blocks: one reduce-scatter from the
+// source tile (space 0), whose row blocks are the pieces in rank order,
+// into the result tile (space 1, offset 0): nothing packed, unpacked,
+// copied or allocated, and one block for the four devices.
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_blocks : memref<4xi64> = dense<0>
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_comms : memref<1x10xi64> = dense<{{\[\[}}5, 0, 0, 128, 0, 0, 0, 0, 1, 0]]>
+// CHECK-NOT: @__polymesh_reduce_scatter__plan0_copies
 // CHECK-LABEL: func.func @reduce_scatter__part0(
 // CHECK-SAME: tensor<16x8xf32>) -> tensor<4x8xf32>
-// CHECK: llvm.call @malloc
+// CHECK-NOT: llvm.call @malloc
 // CHECK: llvm.call @polymesh_rt_reduce_scatter(
 // CHECK-NOT: llvm.call @polymesh_rt_all_reduce
-// CHECK: llvm.call @free
+// CHECK-NOT: llvm.call @free
+// CHECK: bufferization.to_tensor
 
 polymesh.mesh @m = <["x"=4]>
 
@@ -93,11 +105,16 @@ func.func @reduce_scatter(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sh
 
 // Cross-mesh: the Orbax restore's broadcasts from the replica mesh to the
 // training mesh, both groups side by side, in place (space 0 on the roots,
-// space 1 on the receivers). Both classes share the plan's tables.
-// CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_blocks : memref<8xi64> = dense<[0, 0, 1, 1, 2, 2, 3, 3]>
+// space 1 on the receivers). Both classes share the plan's tables; the
+// receivers share one block. The root's id is read from the group at the
+// root's rank (the comm row's rank column).
+// CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_blocks : memref<8xi64> = dense<[0, 0, 1, 1, 1, 1, 1, 1]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_members : memref<4xi64> = dense<[0, 2, 4, 6]>
 // CHECK-LABEL: func.func @broadcast__part0(
-// CHECK: llvm.call @polymesh_rt_broadcast(
+// CHECK: %[[ROOT_RANK:.*]] = memref.load %{{.*}}[%{{.*}}, %c4{{.*}}] : memref<2x10xi64>
+// CHECK-NEXT: %[[SLOT:.*]] = llvm.getelementptr %[[GROUP:.*]][%[[ROOT_RANK]]] : (!llvm.ptr, i64) -> !llvm.ptr, i64
+// CHECK-NEXT: %[[ROOT:.*]] = llvm.load %[[SLOT]] : !llvm.ptr -> i64
+// CHECK: llvm.call @polymesh_rt_broadcast(%{{.*}}, %{{.*}}, %[[GROUP]], %{{.*}}, %[[ROOT]],
 // CHECK-NOT: llvm.call @polymesh_rt_broadcast(
 // CHECK-LABEL: func.func @broadcast__part1(
 // CHECK-SAME: tensor<0x0xf32>) -> tensor<16x16xf32>

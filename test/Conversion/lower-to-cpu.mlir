@@ -9,9 +9,11 @@
 // A broadcast step (the Orbax restore pattern): the two steps' broadcasts
 // have disjoint groups, so they run side by side: one polymesh_rt_broadcast
 // call site. Tables hold each distinct device block once, relative to the
-// device: devices 0 and 1 (the roots) do the same thing, as do 2 and 3,
-// 4 and 5, 6 and 7, so 8 devices need 4 blocks (the `blocks` table), with
-// the root and the group's members as device id differences. Each column half is a whole tile on the root
+// device: devices 0 and 1 (the roots) do the same thing, and so do the
+// receivers 2 to 7, whose rank in the group is read off their position
+// ((position / 2) % 4, the `ranks` table), so 8 devices need 2 blocks (the
+// `blocks` table); the group's members are device id differences and the
+// root is its rank in the group (0). Each column half is a whole tile on the root
 // and on the receivers, so it is broadcast in place: from the root's source
 // tile (space 0) into the receivers' destination tiles (space 1), without
 // staging; the only copies are the roots' local ones.
@@ -19,11 +21,12 @@ polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
 polymesh.mesh @train = <["dp"=4, "tp"=2]>
 
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members(dense<[0, 2, 4, 6]> : tensor<4xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[0, 0, 1, 1, 2, 2, 3, 3]> : tensor<8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[0, 0, 1, 1, 1, 1, 1, 1]> : tensor<8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranks(dense<{{\[\[}}2, 4, 1]]> : tensor<1x3xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranges(
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_copies(dense<{{\[\[}}0, 0, 0, 1, 0, 1024, 1, 0, 0]]> : tensor<1x9xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 0, 0, 0], [2, -2, 0, 1024, 0, 1, 0, 0], [2, -4, 0, 1024, 0, 1, 0, 0], [2, -6, 0, 1024, 0, 1, 0, 0]]> : tensor<4x8xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<0> : tensor<4xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 0, 0, 0, -1, 0], [2, 0, 0, 1024, 0, 1, 0, 0, -1, 0]]> : tensor<2x10xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<0> : tensor<2xi64>)
 // CHECK-DAG: llvm.func @polymesh_rt_broadcast(!llvm.ptr, i64, !llvm.ptr, i64, i64, !llvm.ptr, !llvm.ptr, i64) -> i32
 // CHECK-LABEL: llvm.func @restore__part0(
 // CHECK-SAME: %{{.*}}: !llvm.ptr, %{{.*}}: i64, %{{.*}}: i64,
@@ -52,7 +55,7 @@ func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding
 polymesh.mesh @rows = <["x"=2], device_ids=[0, 1]>
 polymesh.mesh @cols = <["y"=2], device_ids=[2, 3]>
 
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_transpose__plan0_comms(dense<{{\[\[}}0, 2, 0, 64, 2, 2, 0, 1], [0, 3, 64, 64, 3, 2, 1, 2], [0, 1, 0, 64, 1, 2, 0, 1], [0, 2, 64, 64, 2, 2, 1, 2], [1, -2, 0, 64, -2, 1, 0, 0], [1, -1, 64, 64, -1, 1, 0, 0], [1, -3, 0, 64, -3, 1, 0, 0], [1, -2, 64, 64, -2, 1, 0, 0]]> : tensor<8x8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_transpose__plan0_comms(dense<{{\[\[}}0, 2, 0, 64, 2, 2, 0, 1, -1, 0], [0, 3, 64, 64, 3, 2, 1, 2, -1, 0], [0, 1, 0, 64, 1, 2, 0, 1, -1, 0], [0, 2, 64, 64, 2, 2, 1, 2, -1, 0], [1, -2, 0, 64, -2, 1, 0, 0, -1, 0], [1, -1, 64, 64, -1, 1, 0, 0, -1, 0], [1, -3, 0, 64, -3, 1, 0, 0, -1, 0], [1, -2, 64, 64, -2, 1, 0, 0, -1, 0]]> : tensor<8x10xi64>)
 // CHECK-LABEL: llvm.func @transpose__part0(
 // CHECK: llvm.call @polymesh_rt_group_start
 // CHECK: "llvm.intr.memcpy"
@@ -83,14 +86,18 @@ func.func @permute(%x: tensor<8x4xi32> {polymesh.sharding = #polymesh.sharding<@
 
 // -----
 
-// Partial sums: an all-reduce is one polymesh_rt_all_reduce in place; the
-// source tile is copied first because the plan sums into it. Sums that are
-// no collective add element by element (collectives-cpu.mlir).
+// Partial sums: an all-reduce is one polymesh_rt_all_reduce, from the
+// source tile straight into the result tile (the plan's copy of the sum to
+// the result is the call's out-of-place form), so the source is not
+// written and not copied first. Sums that are no collective add element by
+// element (collectives-cpu.mlir).
 polymesh.mesh @m = <["y"=2]>
 
 // CHECK-LABEL: llvm.func @sum__part0(
-// CHECK: "llvm.intr.memcpy"
+// CHECK-NOT: "llvm.intr.memcpy"
 // CHECK: llvm.call @polymesh_rt_all_reduce
+// CHECK-NOT: "llvm.intr.memcpy"
+// CHECK: llvm.return
 func.func @sum(%a: tensor<4x6xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {"y"}]>},
                %b: tensor<6x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{"y"}, {}]>})
     -> (tensor<4x4xf32> {polymesh.sharding = #polymesh.sharding<@m, [{}, {}]>}) {

@@ -151,6 +151,8 @@ struct RunStats {
   int64_t allGatherSegments = 0;
   int64_t allReduceSegments = 0;
   int64_t reduceScatterSegments = 0;
+  /// Collective rows that wrote their result out of place.
+  int64_t outOfPlaceRows = 0;
 };
 
 class Interpreter {
@@ -664,39 +666,76 @@ private:
                << "member " << devices_[p].id
                << " has not exactly one collective row naming itself";
       const CommRow &row = comm[0];
-      int64_t extent = kind == CommKind::AllReduce ? row.bytes : n * row.bytes;
-      if (row.bytes <= 0 || row.stagingOffset < 0 ||
-          row.stagingOffset + extent > limit(p, row.space))
-        return AssertionFailure()
-               << "member " << devices_[p].id << " communicates ["
-               << row.stagingOffset << ", " << row.stagingOffset + extent
-               << ") of " << limit(p, row.space) << " bytes";
-      if (row.bytes % eb_ != 0 || row.stagingOffset % eb_ != 0)
-        return AssertionFailure() << "unaligned communication";
+      // In place the buffer holds every member's chunk (but an
+      // all-reduce's); out of place an all-gather reads one chunk and
+      // writes all, a reduce-scatter reads all and writes one.
+      int64_t all = kind == CommKind::AllReduce ? row.bytes : n * row.bytes;
+      int64_t read =
+          !row.result || kind == CommKind::ReduceScatter ? all : row.bytes;
+      std::vector<std::pair<BufferPlace, int64_t>> spans = {
+          {BufferPlace{row.space, row.stagingOffset}, read}};
+      if (row.result) {
+        if (row.result->space == row.space)
+          return AssertionFailure() << "member " << devices_[p].id
+                                    << " writes out of place in the buffer"
+                                       " it reads";
+        spans.push_back(
+            {*row.result, kind == CommKind::AllGather ? all : row.bytes});
+      }
+      for (const auto &[place, extent] : spans) {
+        if (row.bytes <= 0 || place.offset < 0 ||
+            place.offset + extent > limit(p, place.space))
+          return AssertionFailure()
+                 << "member " << devices_[p].id << " communicates ["
+                 << place.offset << ", " << place.offset + extent << ") of "
+                 << limit(p, place.space) << " bytes";
+        if (row.bytes % eb_ != 0 || place.offset % eb_ != 0)
+          return AssertionFailure() << "unaligned communication";
+      }
       size_t rank = member - positions.begin();
       if (rows[0] && row.bytes != rows[0]->bytes)
         return AssertionFailure() << "members disagree on the byte count";
       rows[rank] = &row;
     }
     int64_t bytes = rows[0]->bytes;
-    // What each member contributes, read before anything is written.
-    auto at = [&](size_t rank, int64_t offset) {
+    // What each member contributes, read before anything is written, and
+    // where its result goes: in place, the same buffer.
+    auto place = [&](size_t rank, bool written) {
+      const CommRow &row = *rows[rank];
+      return written && row.result ? *row.result
+                                   : BufferPlace{row.space, row.stagingOffset};
+    };
+    auto bufferAt = [&](size_t rank, int64_t offset, bool written) {
+      BufferPlace where = place(rank, written);
       Device &device = devices_[positions[rank]];
-      return buffer(device, rows[rank]->space).begin() +
-             rows[rank]->stagingOffset + offset;
+      return buffer(device, where.space).begin() + where.offset + offset;
+    };
+    auto at = [&](size_t rank, int64_t offset) {
+      return bufferAt(rank, offset, false);
+    };
+    auto out = [&](size_t rank, int64_t offset) {
+      return bufferAt(rank, offset, true);
+    };
+    // The caller's own chunk: at rank * bytes in place, at 0 out of place
+    // (all-gather: of what it sends; reduce-scatter: of what it receives).
+    auto own = [&](size_t rank) {
+      return rows[rank]->result ? 0 : static_cast<int64_t>(rank) * bytes;
     };
     auto packed = [&](size_t rank, int64_t offset, int64_t length) {
-      return rows[rank]->space != BufferSpace::Staging ||
-             allValid(devices_[positions[rank]],
-                      rows[rank]->stagingOffset + offset, length);
+      BufferPlace where = place(rank, false);
+      return where.space != BufferSpace::Staging ||
+             allValid(devices_[positions[rank]], where.offset + offset, length);
     };
     auto markValid = [&](size_t rank, int64_t offset, int64_t length) {
-      if (rows[rank]->space != BufferSpace::Staging)
+      BufferPlace where = place(rank, true);
+      if (where.space != BufferSpace::Staging)
         return;
       std::vector<char> &valid = devices_[positions[rank]].valid;
-      int64_t from = rows[rank]->stagingOffset + offset;
+      int64_t from = where.offset + offset;
       std::fill(valid.begin() + from, valid.begin() + from + length, 1);
     };
+    for (const CommRow *row : rows)
+      stats_.outOfPlaceRows += row->result.has_value();
     auto sum = [&](int64_t offset, int64_t length) {
       std::vector<uint8_t> total(length, 0);
       for (size_t rank = 0; rank < members.size(); ++rank)
@@ -709,16 +748,15 @@ private:
     case CommKind::AllGather: {
       std::vector<std::vector<uint8_t>> chunks;
       for (size_t rank = 0; rank < members.size(); ++rank) {
-        if (!packed(rank, rank * bytes, bytes))
+        if (!packed(rank, own(rank), bytes))
           return AssertionFailure() << "member " << members[rank]
                                     << " gathers a chunk it did not pack";
-        chunks.emplace_back(at(rank, rank * bytes),
-                            at(rank, rank * bytes) + bytes);
+        chunks.emplace_back(at(rank, own(rank)), at(rank, own(rank)) + bytes);
       }
       for (size_t rank = 0; rank < members.size(); ++rank) {
         for (size_t from = 0; from < members.size(); ++from)
           std::copy(chunks[from].begin(), chunks[from].end(),
-                    at(rank, from * bytes));
+                    out(rank, from * bytes));
         markValid(rank, 0, n * bytes);
       }
       stats_.collectiveBytes += (n - 1) * n * bytes;
@@ -731,8 +769,10 @@ private:
           return AssertionFailure() << "member " << members[rank]
                                     << " reduces bytes it did not pack";
       std::vector<uint8_t> total = sum(0, bytes);
-      for (size_t rank = 0; rank < members.size(); ++rank)
-        std::copy(total.begin(), total.end(), at(rank, 0));
+      for (size_t rank = 0; rank < members.size(); ++rank) {
+        std::copy(total.begin(), total.end(), out(rank, 0));
+        markValid(rank, 0, bytes);
+      }
       stats_.collectiveBytes += 2 * (n - 1) * bytes;
       ++stats_.allReduceSegments;
       break;
@@ -747,8 +787,8 @@ private:
         totals.push_back(sum(rank * bytes, bytes));
       for (size_t rank = 0; rank < members.size(); ++rank) {
         std::copy(totals[rank].begin(), totals[rank].end(),
-                  at(rank, rank * bytes));
-        markValid(rank, rank * bytes, bytes);
+                  out(rank, own(rank)));
+        markValid(rank, own(rank), bytes);
       }
       stats_.collectiveBytes += (n - 1) * n * bytes;
       ++stats_.reduceScatterSegments;
@@ -953,11 +993,32 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
       accumulates |=
           transfer.accumulate && transfer.dstBuffer == BufferKind::Destination;
     }
-  if (schedule.writesSource != writesSource)
+  // A schedule may write less than the plan (sums out of place), never
+  // more; the flag says whether its rows do.
+  bool rowsWriteSource = false;
+  for (const Segment &segment : schedule.segments)
+    for (size_t p = 0; p < segment.perDevice.size(); ++p) {
+      const DeviceSegment &rows = segment.perDevice[p];
+      for (const std::vector<CopyRow> *copies : {&rows.before, &rows.after})
+        for (const CopyRow &row : *copies)
+          rowsWriteSource |= row.dstSpace == BufferSpace::Source;
+      for (const CommRow &row : rows.comm) {
+        bool sends =
+            row.kind == CommKind::Send ||
+            (row.kind == CommKind::Broadcast && row.peer == devices[p]);
+        rowsWriteSource |=
+            !sends &&
+            (row.result ? row.result->space : row.space) == BufferSpace::Source;
+      }
+    }
+  if (schedule.writesSource != rowsWriteSource)
     return AssertionFailure() << "writesSource is " << schedule.writesSource;
-  if (schedule.writesSource != plan.reducesInPlace)
-    return AssertionFailure() << "writesSource " << schedule.writesSource
-                              << " but reducesInPlace " << plan.reducesInPlace;
+  if (schedule.writesSource && !writesSource)
+    return AssertionFailure() << "the schedule writes the source, the plan "
+                                 "does not";
+  if (writesSource != plan.reducesInPlace)
+    return AssertionFailure() << "the plan writes its source: " << writesSource
+                              << ", reducesInPlace " << plan.reducesInPlace;
   if (schedule.accumulatesIntoDestination != accumulates)
     return AssertionFailure() << "accumulatesIntoDestination is "
                               << schedule.accumulatesIntoDestination;
@@ -1360,7 +1421,9 @@ TEST(DeviceSchedule, AllReduceIsOneCollectiveInPlace) {
       EXPECT_EQ(phase.phase, 0);
     for (const std::vector<int64_t> &members : segment.groups)
       for (int64_t member : members) {
-        // The pieces are the whole 4x8 source tile in order: summed in it.
+        // The pieces are the whole 4x8 source tile in order, and the step
+        // after copies it to the destination tile: summed from the one
+        // into the other (out of place).
         const DeviceSegment &rows = segment.perDevice[member];
         EXPECT_TRUE(rows.before.empty());
         EXPECT_TRUE(rows.after.empty());
@@ -1368,8 +1431,21 @@ TEST(DeviceSchedule, AllReduceIsOneCollectiveInPlace) {
         EXPECT_EQ(rows.comm[0].kind, CommKind::AllReduce);
         EXPECT_EQ(rows.comm[0].space, BufferSpace::Source);
         EXPECT_EQ(rows.comm[0].bytes, 4 * 8 * 8);
+        EXPECT_EQ(rows.comm[0].result,
+                  (BufferPlace{BufferSpace::Destination, 0}));
       }
   }
+  // So the source is never written (no copy of it first), and the local
+  // copies are gone: their segment has no rows.
+  EXPECT_TRUE(checked.plan.reducesInPlace);
+  EXPECT_FALSE(checked.schedule.writesSource);
+  EXPECT_EQ(checked.stats.copyRows, 0);
+  EXPECT_EQ(checked.stats.outOfPlaceRows, 8);
+  // Kept partials (the destination unreduced too) and a sum whose source
+  // is read again later stay in place.
+  Checked kept = planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+                            layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}));
+  EXPECT_EQ(kept.stats.outOfPlaceRows, 0);
   // In chunks, each step's pieces are part of the tile: packed, summed in
   // staging, unpacked.
   Mesh four = makeMesh({{"a", 4}});
@@ -1439,7 +1515,9 @@ TEST(DeviceSchedule, AllGatherOfUnequalTilesFallsBack) {
   EXPECT_GT(uneven.plan.count(StepKind::AllGather), 0);
   EXPECT_EQ(countPhases(uneven.schedule, SegmentMethod::AllGather), 0);
   EXPECT_GT(countPhases(uneven.schedule, SegmentMethod::SendRecv), 0);
-  // Even tiles: one all-gather, each member's rows packed at rank * chunk.
+  // Even row tiles: one all-gather straight from each source tile into the
+  // destination tiles (the rows in rank order are the whole tile): no
+  // staging, and every member's rows the same.
   Checked even = planAndRun(layout(mesh, {{"a"}, {}}, {8, 3}),
                             layout(mesh, {{}, {}}, {8, 3}), 2);
   ASSERT_EQ(countPhases(even.schedule, SegmentMethod::AllGather), 1);
@@ -1447,12 +1525,33 @@ TEST(DeviceSchedule, AllGatherOfUnequalTilesFallsBack) {
       *findSegment(even.schedule, SegmentMethod::AllGather);
   ASSERT_EQ(segment.groups.size(), 1u);
   EXPECT_EQ(segment.groups[0], range(0, 4));
+  EXPECT_EQ(even.stats.outOfPlaceRows, 4);
   for (size_t rank = 0; rank < 4; ++rank) {
     const DeviceSegment &rows = segment.perDevice[rank];
+    EXPECT_TRUE(rows.before.empty());
+    EXPECT_TRUE(rows.after.empty());
+    EXPECT_EQ(rows.stagingBytes, 0);
+    ASSERT_EQ(rows.comm.size(), 1u);
+    EXPECT_EQ(rows.comm[0].bytes, 2 * 3 * 2);
+    EXPECT_EQ(rows.comm[0].space, BufferSpace::Source);
+    EXPECT_EQ(rows.comm[0].stagingOffset, 0);
+    EXPECT_EQ(rows.comm[0].result, (BufferPlace{BufferSpace::Destination, 0}));
+  }
+  // Column tiles are strided in the gathered tile: each member packs its
+  // columns at rank * chunk, gathers in place, and unpacks.
+  Checked columns = planAndRun(layout(mesh, {{}, {"a"}}, {3, 8}),
+                               layout(mesh, {{}, {}}, {3, 8}), 2);
+  ASSERT_EQ(countPhases(columns.schedule, SegmentMethod::AllGather), 1);
+  EXPECT_EQ(columns.stats.outOfPlaceRows, 0);
+  const Segment &staged =
+      *findSegment(columns.schedule, SegmentMethod::AllGather);
+  for (size_t rank = 0; rank < 4; ++rank) {
+    const DeviceSegment &rows = staged.perDevice[rank];
     ASSERT_EQ(rows.before.size(), 1u);
     EXPECT_EQ(rows.before[0].dstOffset, static_cast<int64_t>(rank) * 2 * 3 * 2);
     EXPECT_EQ(rows.after.size(), 3u);
     EXPECT_EQ(rows.comm.at(0).bytes, 2 * 3 * 2);
+    EXPECT_FALSE(rows.comm[0].result);
   }
   // Without collectives every step is send/recv.
   ScheduleOptions none;
@@ -1747,6 +1846,7 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
     totals.allGatherSegments += checked.stats.allGatherSegments;
     totals.allReduceSegments += checked.stats.allReduceSegments;
     totals.reduceScatterSegments += checked.stats.reduceScatterSegments;
+    totals.outOfPlaceRows += checked.stats.outOfPlaceRows;
   }
   // The cases cover what they are meant to.
   if (kCases < 1000)
@@ -1765,6 +1865,7 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   EXPECT_GT(totals.allReduceSegments, 20);
   EXPECT_GT(totals.reduceScatterSegments, 2);
   EXPECT_GT(symbolicSteps, 20);
+  EXPECT_GT(totals.outOfPlaceRows, 100);
   RecordProperty("with_extra_devices", withExtras);
   RecordProperty("symbolic_steps", symbolicSteps);
   RecordProperty("memory_limited", limited);
@@ -1779,6 +1880,7 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   RecordProperty("all_gather_segments", totals.allGatherSegments);
   RecordProperty("all_reduce_segments", totals.allReduceSegments);
   RecordProperty("reduce_scatter_segments", totals.reduceScatterSegments);
+  RecordProperty("out_of_place_rows", totals.outOfPlaceRows);
 }
 
 TEST(DeviceSchedule, BlockingRoundsPairDistinctDevices) {

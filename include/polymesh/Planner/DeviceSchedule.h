@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 namespace polymesh::planner {
@@ -68,6 +69,15 @@ enum class CommKind : int64_t {
   ReduceScatter = 5,
 };
 
+/// A place in one of a device's buffers.
+struct BufferPlace {
+  BufferSpace space = BufferSpace::Staging;
+  int64_t offset = 0;
+  bool operator==(const BufferPlace &other) const {
+    return space == other.space && offset == other.offset;
+  }
+};
+
 /// One runtime call. `peer` is the other device of a send or recv, the root
 /// of a broadcast, or the calling device itself for the other collectives;
 /// the bytes are at `stagingOffset` in `space`. Calls go through staging,
@@ -75,14 +85,22 @@ enum class CommKind : int64_t {
 /// writes the tile directly (no pack or unpack), when nothing else in the
 /// phase writes what is sent or reads what is received.
 ///
-/// The collectives are in place in staging, over the caller's group of
-/// Segment::groups, with rank r = the caller's index in the group (NCCL's
-/// in-place forms):
+/// The collectives run over the caller's group of Segment::groups, with
+/// rank r = the caller's index in the group, in place in staging or a tile
+/// (NCCL's in-place forms):
 ///  - AllGather: `bytes` per member; the caller's chunk is at
 ///    stagingOffset + r * bytes, the gathered chunks at stagingOffset.
 ///  - AllReduce: sum of `bytes` at stagingOffset, on every member.
 ///  - ReduceScatter: members * `bytes` at stagingOffset, chunk j meant for
 ///    rank j; rank r's sum lands at stagingOffset + r * bytes.
+/// or out of place (`result` set; NCCL's out-of-place forms, straight from
+/// the source tile to the destination tile, with no staging): the call
+/// reads at stagingOffset in `space` (all-gather: the caller's `bytes`;
+/// all-reduce: `bytes`; reduce-scatter: members * `bytes`) and writes
+/// `result` (all-gather: members * `bytes` in rank order; all-reduce and
+/// reduce-scatter: the caller's `bytes` of sums). Either way a member's
+/// rows do not depend on its rank but through the in-place offsets, so the
+/// out-of-place forms let every member of a group run the same rows.
 struct CommRow {
   CommKind kind = CommKind::Send;
   int64_t peer = 0;
@@ -94,6 +112,8 @@ struct CommRow {
   /// leaves while the next box is packed. Non-decreasing over a device's
   /// rows. (Nothing a call receives is read by a `before` row.)
   int64_t packsBefore = 0;
+  /// Collectives: where the result goes when not in place.
+  std::optional<BufferPlace> result;
 };
 
 /// How a segment communicates; the same on every device.
@@ -109,13 +129,15 @@ enum class SegmentMethod : int64_t {
   /// One broadcast from a root over each group, in place in staging.
   Broadcast = 2,
   /// An all-gather step phase whose members each contribute the same bytes
-  /// to all the others: one in-place all-gather over each group.
+  /// to all the others: one all-gather over each group, in staging or
+  /// straight from source to destination tiles.
   AllGather = 3,
   /// Both phases of an all-reduce step whose members all hold the same
-  /// pieces: pack them, one in-place sum over each group, unpack.
+  /// pieces: pack them, one sum over each group, unpack (or the sum on the
+  /// source tile itself, in place or into the destination tile).
   AllReduce = 4,
   /// A reduce-scatter step whose members each receive one equal-sized sum:
-  /// one in-place reduce-scatter over each group.
+  /// one reduce-scatter over each group, the same ways.
   ReduceScatter = 5,
 };
 constexpr int kNumSegmentMethods = 6;
@@ -176,8 +198,9 @@ struct DeviceSchedule {
   /// Most staging a device needs in any segment, per position (0 for a
   /// device whose rows are dropped).
   std::vector<int64_t> stagingBytes;
-  /// The plan sums partials into its source buffer: run on a copy, so that
-  /// the value's other uses keep their partials.
+  /// Some row writes a source buffer (a sum left in place): run on a copy,
+  /// so that the value's other uses keep their partials. A plan that
+  /// reduces in place need not: its sums may go out of place.
   bool writesSource = false;
   /// The plan adds into its destination buffer: start it at zero.
   bool accumulatesIntoDestination = false;

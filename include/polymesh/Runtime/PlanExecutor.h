@@ -17,12 +17,13 @@
 // the CPU and CUDA lowerings turn into code: per segment a device runs its
 // `before` copy rows (packing into staging), its calls (grouped send/recv,
 // or the segment's broadcast, all-gather, all-reduce or reduce-scatter over
-// its group, in place), then its `after` rows. Which collective carries a
-// step phase is the schedule's decision, made from the plan alone, so every
-// device makes the same collective calls on every communicator in the same
-// order (NCCL's matching rule); ExecuteOptions::useCollectives false runs
-// every phase with communication as grouped send/recv. An all-to-all runs as
-// grouped send/recv, as in generated code.
+// its group, in place or out of place as the row says), then its `after`
+// rows. Which collective carries a step phase is the schedule's decision,
+// made from the plan alone, so every device makes the same collective calls
+// on every communicator in the same order (NCCL's matching rule);
+// ExecuteOptions::useCollectives false runs every phase with communication as
+// grouped send/recv. An all-to-all runs as grouped send/recv, as in generated
+// code.
 //
 // A device holds the schedule's staging for it (the most any one segment
 // needs) for the whole run: ExecutionStats::peakStagingBytes.
