@@ -390,16 +390,20 @@ Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
         rank = (llvm::lower_bound(devices, row.peer) - devices.begin()) -
                static_cast<int64_t>(p);
       }
-      int64_t packsBegin = sendRecv ? packed : 0;
-      if (sendRecv)
+      // The last two columns: the packs a send/recv waits for, or where a
+      // collective's result goes.
+      std::array<int64_t, 2> last = {-1, 0};
+      if (sendRecv) {
+        last[0] = packed;
         packed = std::max(packed, row.packsBefore);
-      block.comms.insert(
-          block.comms.end(),
-          {static_cast<int64_t>(row.kind), peer, row.stagingOffset, row.bytes,
-           rank, static_cast<int64_t>(row.space), packsBegin,
-           sendRecv ? packed : 0,
-           row.result ? static_cast<int64_t>(row.result->space) : -1,
-           row.result ? row.result->offset : 0});
+        last[1] = packed;
+      } else if (row.result) {
+        last = {static_cast<int64_t>(row.result->space), row.result->offset};
+      }
+      block.comms.insert(block.comms.end(),
+                         {static_cast<int64_t>(row.kind), peer,
+                          row.stagingOffset, row.bytes, rank,
+                          static_cast<int64_t>(row.space), last[0], last[1]});
     }
     range[kCommEnd] = block.comms.size() / kCommColumns;
     range[kPackedEnd] = range[kBeforeBegin] + packed;
@@ -468,8 +472,12 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
       tables.ranges.insert(tables.ranges.end(), range.begin(), range.end());
     }
   tables.ranks = std::move(patterns.ranks);
-  for (size_t c = 0; c < tables.comms.size(); c += kCommColumns)
-    tables.hasResults |= tables.comms[c + kResultSpace] >= 0;
+  for (size_t c = 0; c < tables.comms.size(); c += kCommColumns) {
+    auto kind = static_cast<planner::CommKind>(tables.comms[c + kCommKind]);
+    tables.hasResults |= kind != planner::CommKind::Send &&
+                         kind != planner::CommKind::Recv &&
+                         tables.comms[c + kResultSpace] >= 0;
+  }
   for (size_t c = 0; c < tables.copies.size(); c += copyColumns) {
     tables.hasAccumulate |= tables.copies[c + kKind] ==
                             static_cast<int64_t>(planner::CopyKind::Accumulate);
@@ -506,7 +514,7 @@ cellZeroCounterparts(const planner::ReshardBatch &batch,
     for (size_t i = 0; i < cell.size(); ++i) {
       if (cell[i] - cellZero[i] != idShift ||
           positionOf(cell[i]) - positionOf(cellZero[i]) != positionShift)
-        return {};
+        return llvm::DenseMap<int64_t, int64_t>();
       counterpart[cell[i]] = positionOf(cellZero[i]);
     }
   }

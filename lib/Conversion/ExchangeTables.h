@@ -107,11 +107,12 @@ enum CommColumn : int64_t {
   /// that each box leaves as soon as it is packed.
   kPacksBegin,
   kPacksEnd,
-  /// Collectives out of place (planner::CommRow::result): where the result
-  /// goes, as a space and an offset; -1: in place.
-  kResultSpace,
-  kResultOffset,
-  kCommColumns
+  kCommColumns,
+  /// Collective segments, whose calls wait for no pack (the same columns):
+  /// where the result goes out of place (planner::CommRow::result), as a
+  /// space and an offset; space -1: in place.
+  kResultSpace = kPacksBegin,
+  kResultOffset = kPacksEnd,
 };
 
 /// The POLYMESH_RT_* dtype of an element type that both the runtime and

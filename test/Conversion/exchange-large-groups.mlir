@@ -31,7 +31,7 @@
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_members : memref<4096xi64>
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_blocks : memref<4096xi64> = dense<0>
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_ranks : memref<1x3xi64> = dense<{{\[}}[1, 4096, 1]]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_comms : memref<1x10xi64> = dense<{{\[}}[4, 0, 0, 1048576, 0, 0, 0, 0, 1, 0]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_comms : memref<1x8xi64> = dense<{{\[}}[4, 0, 0, 1048576, 0, 0, 1, 0]]>
 // CHECK-LABEL: func.func @sum__part0(
 // CHECK: llvm.call @polymesh_rt_all_reduce(
 // CHECK-NOT: llvm.call @polymesh_rt_send
@@ -54,7 +54,7 @@ func.func @sum(%g: tensor<4096x64xf32> {polymesh.sharding = #polymesh.sharding<@
 // PLAN-SAME: pieces {0: [0, 0] : [1, 64]}
 // CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_members : memref<4096xi64>
 // CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_blocks : memref<4096xi64> = dense<0>
-// CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_comms : memref<1x10xi64> = dense<{{\[}}[5, 0, 0, 256, 0, 0, 0, 0, 1, 0]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_comms : memref<1x8xi64> = dense<{{\[}}[5, 0, 0, 256, 0, 0, 1, 0]]>
 // CHECK-LABEL: func.func @scatter__part0(
 // CHECK: llvm.call @polymesh_rt_reduce_scatter(
 // CHECK-NOT: llvm.call @polymesh_rt_send

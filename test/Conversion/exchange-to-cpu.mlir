@@ -18,7 +18,7 @@
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_members : memref<4xi64> = dense<[0, 1, 2, 3]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_ranks : memref<1x3xi64> = dense<{{\[\[}}1, 4, 1]]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_ranges : memref<8x12xi64> = dense<{{\[\[}}0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0], [5, 5, 1, 1, 5, 6, 5, 0, 0, 0, 0, 0], [10, 10, 2, 2, 10, 11, 10, 0, 0, 0, 0, 0], [15, 15, 3, 3, 15, 16, 15, 0, 0, 0, 0, 0], [1, 2, 0, 1, 2, 5, 1, 0, 4, 0, 0, 1], [6, 7, 1, 2, 7, 10, 6, 0, 4, 0, 0, 1], [11, 12, 2, 3, 12, 15, 11, 0, 4, 0, 0, 1], [16, 17, 3, 4, 17, 20, 16, 0, 4, 0, 0, 1]]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_comms : memref<4x10xi64> = dense<{{\[\[}}3, 0, 0, 128, 0, 2, 0, 0, -1, 0], [3, 0, 0, 128, 0, 2, 0, 0, -1, 0], [3, 0, 0, 128, 0, 2, 0, 0, -1, 0], [3, 0, 0, 128, 0, 2, 0, 0, -1, 0]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_gather__plan0_comms : memref<4x8xi64> = dense<{{\[\[}}3, 0, 0, 128, 0, 2, -1, 0], [3, 0, 0, 128, 0, 2, -1, 0], [3, 0, 0, 128, 0, 2, -1, 0], [3, 0, 0, 128, 0, 2, -1, 0]]>
 // CHECK-LABEL: func.func @all_gather__part0(
 // CHECK-SAME: %[[RT:.*]]: !llvm.ptr, %[[DEV:.*]]: i64, %[[POS:.*]]: index, %[[IN:.*]]: tensor<4x8xf32>) -> tensor<16x8xf32>
 // CHECK: %[[GROUP:.*]] = llvm.alloca %{{.*}} x i64 {alignment = 8 : i64, polymesh.group_buffer}
@@ -55,7 +55,7 @@ func.func @all_gather(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.shardi
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_blocks : memref<4xi64> = dense<0>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_members : memref<2xi64> = dense<[0, 1]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_ranks : memref<1x3xi64> = dense<{{\[\[}}1, 2, 1]]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_comms : memref<1x10xi64> = dense<{{\[\[}}4, 0, 0, 256, 0, 0, 0, 0, 1, 0]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_comms : memref<1x8xi64> = dense<{{\[\[}}4, 0, 0, 256, 0, 0, 1, 0]]>
 // CHECK-LABEL: func.func @all_reduce__part0(
 // CHECK-NOT: llvm.call @malloc
 // The rank: a digit of the position per row of the ranks table.
@@ -84,7 +84,7 @@ func.func @all_reduce(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.shardi
 // into the result tile (space 1, offset 0): nothing packed, unpacked,
 // copied or allocated, and one block for the four devices.
 // CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_blocks : memref<4xi64> = dense<0>
-// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_comms : memref<1x10xi64> = dense<{{\[\[}}5, 0, 0, 128, 0, 0, 0, 0, 1, 0]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_comms : memref<1x8xi64> = dense<{{\[\[}}5, 0, 0, 128, 0, 0, 1, 0]]>
 // CHECK-NOT: @__polymesh_reduce_scatter__plan0_copies
 // CHECK-LABEL: func.func @reduce_scatter__part0(
 // CHECK-SAME: tensor<16x8xf32>) -> tensor<4x8xf32>
@@ -111,7 +111,7 @@ func.func @reduce_scatter(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sh
 // CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_blocks : memref<8xi64> = dense<[0, 0, 1, 1, 1, 1, 1, 1]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_members : memref<4xi64> = dense<[0, 2, 4, 6]>
 // CHECK-LABEL: func.func @broadcast__part0(
-// CHECK: %[[ROOT_RANK:.*]] = memref.load %{{.*}}[%{{.*}}, %c4{{.*}}] : memref<2x10xi64>
+// CHECK: %[[ROOT_RANK:.*]] = memref.load %{{.*}}[%{{.*}}, %c4{{.*}}] : memref<2x8xi64>
 // CHECK-NEXT: %[[SLOT:.*]] = llvm.getelementptr %[[GROUP:.*]][%[[ROOT_RANK]]] : (!llvm.ptr, i64) -> !llvm.ptr, i64
 // CHECK-NEXT: %[[ROOT:.*]] = llvm.load %[[SLOT]] : !llvm.ptr -> i64
 // CHECK: llvm.call @polymesh_rt_broadcast(%{{.*}}, %{{.*}}, %[[GROUP]], %{{.*}}, %[[ROOT]],

@@ -21,7 +21,7 @@ polymesh.mesh @train = <["dp"=4, "tp"=2]>
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[-1, -1, 0, 0, 0, -1, -1, -1]> : tensor<8xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members(dense<[0, 2, 4, 6]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranks(dense<{{\[\[}}2, 4, 1]]> : tensor<1x3xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 1, 0, 0, -1, 0]]> : tensor<1x10xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 1, -1, 0]]> : tensor<1x8xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_staging(dense<0> : tensor<1xi64>)
 // The NCCL world communicator still spans the function's 8 devices.
 // CUDA-DAG: llvm.mlir.global private constant @__polymesh_restore__part1_devices(dense<[0, 1, 2, 3, 4, 5, 6, 7]> : tensor<8xi64>)
@@ -51,7 +51,7 @@ polymesh.mesh @b = <["y"=2], device_ids=[5, 1]>
 
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_blocks(dense<[-1, -1, 0, 1, -1]> : tensor<5xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_staging(dense<[48, 72]> : tensor<2xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_comms(dense<{{\[\[}}0, 3, 0, 24, 2, 2, 0, 1, -1, 0], [0, -1, 24, 24, -1, 2, 1, 2, -1, 0], [0, 1, 0, 36, 1, 2, 0, 1, -1, 0], [0, -3, 36, 36, -2, 2, 1, 2, -1, 0]]> : tensor<4x10xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_comms(dense<{{\[\[}}0, 3, 0, 24, 2, 2, 0, 1], [0, -1, 24, 24, -1, 2, 1, 2], [0, 1, 0, 36, 1, 2, 0, 1], [0, -3, 36, 36, -2, 2, 1, 2]]> : tensor<4x8xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_copies(dense<{{\[\[}}0, 0, 0, 2, 0, 12, 2, 24, 12], [0, 0, 12, 2, 24, 12, 2, 24, 12], [0, 0, 0, 2, 0, 12, 3, 24, 12], [0, 0, 12, 2, 36, 12, 3, 24, 12]]> : tensor<4x9xi64>)
 // CUDA-DAG: llvm.mlir.global private constant @__polymesh_f__part0_devices(dense<[0, 1, 2, 4, 5]> : tensor<5xi64>)
 // CHECK-LABEL: llvm.func @f__part0(
@@ -60,7 +60,7 @@ polymesh.mesh @b = <["y"=2], device_ids=[5, 1]>
 
 // ALL-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_blocks(dense<[0, 1, 2, 3, 4]> : tensor<5xi64>)
 // ALL-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_staging(dense<[72, 0, 48, 72, 0]> : tensor<5xi64>)
-// ALL-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_comms(dense<{{\[\[}}0, 5, 0, 36, 4, 2, 0, 1, -1, 0], [0, 1, 36, 36, 1, 2, 1, 2, -1, 0], [1, 3, 0, 36, 2, 1, 0, 0, -1, 0], [1, -1, 36, 36, -1, 1, 0, 0, -1, 0], [1, 1, 72, 24, 1, 1, 0, 0, -1, 0], [0, 3, 0, 24, 2, 2, 0, 1, -1, 0], [0, -1, 24, 24, -1, 2, 1, 2, -1, 0], [0, 1, 0, 36, 1, 2, 0, 1, -1, 0], [0, -3, 36, 36, -2, 2, 1, 2, -1, 0], [1, -1, 0, 36, -1, 1, 0, 0, -1, 0], [1, -5, 36, 36, -4, 1, 0, 0, -1, 0], [1, -3, 72, 24, -2, 1, 0, 0, -1, 0]]> : tensor<12x10xi64>)
+// ALL-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_comms(dense<{{\[\[}}0, 5, 0, 36, 4, 2, 0, 1], [0, 1, 36, 36, 1, 2, 1, 2], [1, 3, 0, 36, 2, 1, 0, 0], [1, -1, 36, 36, -1, 1, 0, 0], [1, 1, 72, 24, 1, 1, 0, 0], [0, 3, 0, 24, 2, 2, 0, 1], [0, -1, 24, 24, -1, 2, 1, 2], [0, 1, 0, 36, 1, 2, 0, 1], [0, -3, 36, 36, -2, 2, 1, 2], [1, -1, 0, 36, -1, 1, 0, 0], [1, -5, 36, 36, -4, 1, 0, 0], [1, -3, 72, 24, -2, 1, 0, 0]]> : tensor<12x8xi64>)
 // ALL-LABEL: llvm.func @f__part1(
 func.func @f(%x: tensor<8x6xf32> {polymesh.sharding = #polymesh.sharding<@a, [{"x"}, {}]>})
     -> (tensor<8x6xf32> {polymesh.sharding = #polymesh.sharding<@b, [{}, {"y"}]>}) {
