@@ -11,6 +11,11 @@
 //   partitioned and lowered to the CPU (--polymesh-pipeline=target=cpu),
 //   JIT-compiled, and run with one thread per device; every byte crosses
 //   meshes. Its peer is one plain memcpy of the bytes the plan moves.
+// * Gradient sums over a flat mesh of 8 loopback devices (32 MiB of f32
+//   partials per device, summed to replicated: an all-reduce; to row
+//   blocks: a reduce-scatter), with the collective straight from the
+//   source tile into the result tile (direct-collectives, the default)
+//   and, its peer, in place on a copy of the source tile.
 // * JIT compile time of the two seeds' programs (propagate, plan,
 //   partition, lower, ORC at -O2), next to compiling their unsharded
 //   reference (ReferenceRunner).
@@ -87,30 +92,50 @@ std::vector<std::string> publicFunctions(ModuleOp module) {
   return names;
 }
 
+constexpr const char *kGradients = R"mlir(
+polymesh.mesh @data = <["x"=8]>
+func.func @grad_sum(%g: tensor<2048x4096xf32> {polymesh.sharding = #polymesh.sharding<@data, [{}, {}], unreduced={"x"}>})
+    -> (tensor<2048x4096xf32> {polymesh.sharding = #polymesh.sharding<@data, [{}, {}]>}) {
+  return %g : tensor<2048x4096xf32>
+}
+func.func @grad_scatter(%g: tensor<2048x4096xf32> {polymesh.sharding = #polymesh.sharding<@data, [{}, {}], unreduced={"x"}>})
+    -> (tensor<2048x4096xf32> {polymesh.sharding = #polymesh.sharding<@data, [{"x"}, {}]>}) {
+  return %g : tensor<2048x4096xf32>
+}
+)mlir";
+
+/// Times `function` of `program` per iteration: the runtime's wall time of
+/// one run, after an untimed one on the same runtime (staging allocated,
+/// pages touched), as every step after the first of a job. Returns the
+/// bytes the plan moves (0 after an error, reported on `state`).
+int64_t runTimed(benchmark::State &state, const char *program,
+                 const char *function, ShardedRunnerOptions options) {
+  OwningOpRef<ModuleOp> module = parse(program);
+  options.warmup = true;
+  auto runner = ShardedRunner::create(*module, {function}, options);
+  if (!runner) {
+    state.SkipWithError(llvm::toString(runner.takeError()).c_str());
+    return 0;
+  }
+  int64_t bytes = 0;
+  for (auto _ : state) {
+    auto run = (*runner)->run(function);
+    if (!run) {
+      state.SkipWithError(llvm::toString(run.takeError()).c_str());
+      return 0;
+    }
+    bytes = run->bytesMoved;
+    state.SetIterationTime(run->wallMs / 1000.0);
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["bytes_moved"] = static_cast<double>(bytes);
+  return bytes;
+}
+
 int64_t reshardBytes = 0;
 
 void BM_Reshard256MiB(benchmark::State &state) {
-  OwningOpRef<ModuleOp> module = parse(kReshard);
-  // Steady state: one untimed run first on the same runtime (staging
-  // allocated, pages touched), as every step after the first of a job.
-  ShardedRunnerOptions options;
-  options.warmup = true;
-  auto runner = ShardedRunner::create(*module, {"reshard"}, options);
-  if (!runner) {
-    state.SkipWithError(llvm::toString(runner.takeError()).c_str());
-    return;
-  }
-  for (auto _ : state) {
-    auto run = (*runner)->run("reshard");
-    if (!run) {
-      state.SkipWithError(llvm::toString(run.takeError()).c_str());
-      return;
-    }
-    reshardBytes = run->bytesMoved;
-    state.SetIterationTime(run->wallMs / 1000.0);
-  }
-  state.SetBytesProcessed(state.iterations() * reshardBytes);
-  state.counters["bytes_moved"] = static_cast<double>(reshardBytes);
+  reshardBytes = runTimed(state, kReshard, "reshard", {});
 }
 BENCHMARK(BM_Reshard256MiB)
     ->UseManualTime()
@@ -133,6 +158,21 @@ void BM_Memcpy256MiB(benchmark::State &state) {
   state.SetBytesProcessed(state.iterations() * bytes);
 }
 BENCHMARK(BM_Memcpy256MiB)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+
+/// Arguments: the function (0: grad_sum, 1: grad_scatter) and whether
+/// collectives go straight between tiles (1) or in place (0).
+void BM_GradientSum(benchmark::State &state) {
+  ShardedRunnerOptions options;
+  options.directCollectives = state.range(1) != 0;
+  runTimed(state, kGradients, state.range(0) ? "grad_scatter" : "grad_sum",
+           options);
+}
+BENCHMARK(BM_GradientSum)
+    ->ArgNames({"scatter", "direct"})
+    ->ArgsProduct({{0, 1}, {1, 0}})
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);

@@ -22,8 +22,9 @@ using namespace mlir;
 using namespace polymesh;
 using namespace polymesh::conversion;
 
-PlanTableBuilder::PlanTableBuilder(ModuleOp module, bool blockingRounds)
-    : module(module), blockingRounds(blockingRounds) {
+PlanTableBuilder::PlanTableBuilder(ModuleOp module,
+                                   planner::ScheduleOptions scheduling)
+    : module(module), scheduling(std::move(scheduling)) {
   auto sortUnique = [](std::vector<int64_t> &ids) {
     llvm::sort(ids);
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
@@ -529,8 +530,7 @@ FailureOr<planner::DeviceSchedule> PlanTableBuilder::scheduleTransfer(
   // Collective sums need an element type both backends add (i1, i16 and
   // the rest keep send/recv with generated additions).
   auto type = transfer.getResult().getType();
-  planner::ScheduleOptions options;
-  options.blockingRounds = blockingRounds;
+  planner::ScheduleOptions options = scheduling;
   options.reductions = runtimeSumDtype(type.getElementType()).has_value() &&
                        ncclSumDtype(type.getElementType()).has_value();
   auto schedule = [&](const planner::TransferPlan &plan,

@@ -160,9 +160,11 @@ class PlanTableBuilder {
 public:
   /// Collects every partitioned function's devices and the devices that
   /// run its classes in this module.
-  /// With `blockingRounds`, send/recv rows are ordered for blocking calls
-  /// (planner::ScheduleOptions::blockingRounds: the MPI lowering).
-  explicit PlanTableBuilder(mlir::ModuleOp module, bool blockingRounds = false);
+  /// Schedules start from `scheduling` (blockingRounds for the MPI
+  /// lowering, directCollectives as the pass asks); the builder sets what
+  /// depends on the plan (reductions, keepRows).
+  explicit PlanTableBuilder(mlir::ModuleOp module,
+                            planner::ScheduleOptions scheduling = {});
   /// The tables of `op`'s plan, with rows for the devices that run this
   /// module's classes of its function (`blocks` is -1 for the others).
   mlir::FailureOr<PlanTables *> tablesFor(ExchangeOp op);
@@ -194,7 +196,7 @@ public:
 
 private:
   mlir::ModuleOp module;
-  bool blockingRounds;
+  planner::ScheduleOptions scheduling;
   mlir::SymbolTableCollection symbols;
   std::map<std::string, PlanTables> plans;
   llvm::StringMap<std::vector<int64_t>> devices;

@@ -450,10 +450,13 @@ LogicalResult setMpiImplementation(ModuleOp module, StringRef name) {
 
 /// Builds every exchange's tables (and its function's group buffer) in
 /// `module`, then rewrites the exchanges by ExchangeToCpuPattern.
-LogicalResult convertExchangesToCpu(ModuleOp module,
-                                    Transport transport = Transport::Runtime) {
-  PlanTableBuilder builder(module,
-                           /*blockingRounds=*/transport == Transport::Mpi);
+LogicalResult convertExchangesToCpu(ModuleOp module, Transport transport,
+                                    bool directCollectives) {
+  planner::ScheduleOptions scheduling;
+  // Blocking MPI calls run best in rounds of distinct devices.
+  scheduling.blockingRounds = transport == Transport::Mpi;
+  scheduling.directCollectives = directCollectives;
+  PlanTableBuilder builder(module, scheduling);
   llvm::DenseMap<Operation *, PreparedExchange> prepared;
   WalkResult walk = module.walk([&](ExchangeOp op) {
     FailureOr<PlanTables *> tables = builder.tablesFor(op);
@@ -495,7 +498,8 @@ struct PolymeshExchangeToCpuPass
   using Base::Base;
 
   void runOnOperation() final {
-    if (failed(convertExchangesToCpu(getOperation())))
+    if (failed(convertExchangesToCpu(getOperation(), Transport::Runtime,
+                                     directCollectives)))
       return signalPassFailure();
   }
 };
@@ -508,7 +512,8 @@ struct PolymeshExchangeToMpiPass
   void runOnOperation() final {
     ModuleOp module = getOperation();
     if (failed(setMpiImplementation(module, mpiImplementation)) ||
-        failed(convertExchangesToCpu(module, Transport::Mpi)))
+        failed(
+            convertExchangesToCpu(module, Transport::Mpi, directCollectives)))
       return signalPassFailure();
   }
 };
@@ -539,7 +544,7 @@ struct PolymeshLowerToCpuPass
                          << "': use runtime or mpi";
       return signalPassFailure();
     }
-    if (failed(convertExchangesToCpu(module, transport)) ||
+    if (failed(convertExchangesToCpu(module, transport, directCollectives)) ||
         failed(finishPartitionedModule(module, "the CPU",
                                        /*readOnlyArguments=*/true)))
       return signalPassFailure();

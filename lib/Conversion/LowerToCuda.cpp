@@ -247,11 +247,18 @@ struct HostFrame {
 /// should not), and what the patterns share while it runs.
 class CudaLowering {
 public:
-  CudaLowering(ModuleOp module, StringRef chip, StringRef features)
-      : module(module), tables(module), kernels(module, chip, features) {}
+  CudaLowering(ModuleOp module, StringRef chip, StringRef features,
+               bool directCollectives)
+      : module(module), tables(module, scheduleOptions(directCollectives)),
+        kernels(module, chip, features) {}
 
   /// Checks every partitioned function and builds its exchanges' tables.
   LogicalResult prepare();
+  static planner::ScheduleOptions scheduleOptions(bool directCollectives) {
+    planner::ScheduleOptions options;
+    options.directCollectives = directCollectives;
+    return options;
+  }
   /// Rewrites every partitioned function into its host function.
   LogicalResult convert();
 
@@ -1035,7 +1042,7 @@ struct PolymeshExchangeToCudaPass
   }
 
   void runOnOperation() final {
-    CudaLowering lowering(getOperation(), chip, features);
+    CudaLowering lowering(getOperation(), chip, features, directCollectives);
     if (failed(lowering.prepare()) || failed(lowering.convert()))
       return signalPassFailure();
   }
@@ -1076,7 +1083,7 @@ struct PolymeshLowerToCudaPass
 
   void runOnOperation() final {
     ModuleOp module = getOperation();
-    CudaLowering lowering(module, chip, features);
+    CudaLowering lowering(module, chip, features, directCollectives);
     if (failed(lowering.prepare()) || failed(lowering.convert()) ||
         failed(finishPartitionedModule(module, "CUDA",
                                        /*readOnlyArguments=*/false)) ||

@@ -36,6 +36,12 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Write reductions as their pieces where those determine "
                      "their transfers (false: every transfer)"),
       llvm::cl::init(true)};
+  Option<bool> directCollectives{
+      *this, "direct-collectives",
+      llvm::cl::desc("Let collectives go straight from source to destination "
+                     "tiles (NCCL's out-of-place forms) where the tiles "
+                     "allow; false: every collective in place"),
+      llvm::cl::init(true)};
   ListOption<int64_t> devices{
       *this, "devices",
       llvm::cl::desc("Partition and lower for these devices only (one "
@@ -93,11 +99,13 @@ void polymesh::registerPolymeshPipelines() {
           PolymeshLowerToCudaOptions cuda;
           cuda.chip = options.chip;
           cuda.features = options.features;
+          cuda.directCollectives = options.directCollectives;
           pm.addPass(createPolymeshLowerToCuda(cuda));
         } else {
           PolymeshLowerToCpuOptions cpu;
           if (options.target == "mpi")
             cpu.transportName = "mpi";
+          cpu.directCollectives = options.directCollectives;
           pm.addPass(createPolymeshLowerToCpu(cpu));
         }
         return success();

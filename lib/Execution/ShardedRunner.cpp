@@ -480,9 +480,12 @@ compile(ModuleOp planned, llvm::ArrayRef<std::string> names,
   {
     PassManager pm(context);
     if (target == ShardedTarget::Cuda) {
-      pm.addPass(createPolymeshLowerToCuda());
+      PolymeshLowerToCudaOptions cuda;
+      cuda.directCollectives = runnerOptions.directCollectives;
+      pm.addPass(createPolymeshLowerToCuda(cuda));
     } else {
       PolymeshLowerToCpuOptions cpu;
+      cpu.directCollectives = runnerOptions.directCollectives;
       if (!runnerOptions.mpiImplementation.empty()) {
         cpu.transportName = "mpi";
         cpu.mpiImplementation = runnerOptions.mpiImplementation;

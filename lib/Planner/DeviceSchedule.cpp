@@ -173,10 +173,11 @@ struct TileSet {
   const std::vector<Tile> &source, &destination;
   int64_t eb;
   int outerDims;
-  /// Every destination element is written once, by a copy (no zero fills,
-  /// no sums into the destination): a collective may write a member's
-  /// whole destination tile early.
-  bool plainDestination = false;
+  /// Collectives may go straight between tiles: asked for
+  /// (ScheduleOptions::directCollectives), and every destination element is
+  /// written once, by a copy (no zero fills, no sums into the destination),
+  /// so a collective may write a member's whole destination tile early.
+  bool direct = false;
 
   const Tile &of(BufferKind kind, size_t position) const {
     return kind == BufferKind::Source ? source[position]
@@ -315,7 +316,7 @@ directAllGather(const std::vector<int64_t> &members,
                 const std::vector<const Transfer *> &transfers, int64_t chunk,
                 size_t s, int phase, const TileSet &tiles) {
   size_t n = members.size();
-  if (!tiles.plainDestination || transfers.size() != n)
+  if (!tiles.direct || transfers.size() != n)
     return std::nullopt;
   std::vector<const Transfer *> byRank(n, nullptr);
   for (const Transfer *transfer : transfers) {
@@ -1138,7 +1139,7 @@ private:
   /// Adds the sum `piece` of step s, first taking the copies of its result
   /// that later steps make where it can (fuseResultCopy).
   void addSum(Piece piece, size_t s, bool lastPhase = true) {
-    if (lastPhase && tiles.plainDestination)
+    if (lastPhase && tiles.direct)
       for (auto &[p, rows] : piece.rows)
         fuseResultCopy(piece.members, p, rows, s);
     builder.add(std::move(piece));
@@ -1168,7 +1169,7 @@ private:
 /// destination, so the local copy of that box (the step next to it for the
 /// member, before or after) goes.
 void StepScheduler::findDirectGathers() {
-  if (!options.collectives || !tiles.plainDestination)
+  if (!options.collectives || !tiles.direct)
     return;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const Step &step = plan.steps[s];
@@ -1392,8 +1393,8 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
     for (const Transfer &transfer : step.transfers)
       if (transfer.accumulate && transfer.dstBuffer == BufferKind::Destination)
         schedule.accumulatesIntoDestination = true;
-  tiles.plainDestination =
-      !schedule.accumulatesIntoDestination &&
+  tiles.direct =
+      options.directCollectives && !schedule.accumulatesIntoDestination &&
       std::none_of(plan.steps.begin(), plan.steps.end(), [](const Step &step) {
         return step.kind == StepKind::ZeroFill;
       });

@@ -1441,8 +1441,17 @@ TEST(DeviceSchedule, AllReduceIsOneCollectiveInPlace) {
   EXPECT_FALSE(checked.schedule.writesSource);
   EXPECT_EQ(checked.stats.copyRows, 0);
   EXPECT_EQ(checked.stats.outOfPlaceRows, 8);
-  // Kept partials (the destination unreduced too) and a sum whose source
-  // is read again later stay in place.
+  // Asked to keep collectives in place, the schedule sums in the source
+  // tile and copies the result: the source is written.
+  ScheduleOptions inPlace;
+  inPlace.directCollectives = false;
+  Checked kept0 =
+      planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
+                 layout(mesh, {{"a"}, {}}, {8, 8}), 8, {}, {}, inPlace);
+  EXPECT_EQ(kept0.stats.outOfPlaceRows, 0);
+  EXPECT_TRUE(kept0.schedule.writesSource);
+  EXPECT_EQ(kept0.stats.copyRows, 8);
+  // Kept partials (the destination unreduced too) stay in place.
   Checked kept = planAndRun(layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}),
                             layout(mesh, {{"a"}, {}}, {8, 8}, {"b"}));
   EXPECT_EQ(kept.stats.outOfPlaceRows, 0);
@@ -1819,20 +1828,23 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
     for (const Step &step : plan->steps)
       symbolicSteps += step.isSymbolic();
     // Most cases use every collective; some run as a backend without
-    // collective sums would, or without collectives at all.
+    // collective sums would, or without collectives at all, and some keep
+    // every collective in place (the forms the others fall back to).
     ScheduleOptions scheduleOptions;
     scheduleOptions.reductions = i % 4 != 1;
     scheduleOptions.collectives = i % 8 != 3;
     // Every other case orders send/recv rows for blocking calls (the MPI
     // lowering); both orders must run, as blocking calls too.
     scheduleOptions.blockingRounds = i % 2 == 0;
+    scheduleOptions.directCollectives = i % 5 != 2;
     Checked checked;
     ASSERT_TRUE(checkSchedule(*plan, c.source, c.destination,
                               programDevices(c.source, c.destination, extra),
                               &checked, scheduleOptions))
         << what << " reductions=" << scheduleOptions.reductions
         << " collectives=" << scheduleOptions.collectives
-        << " blockingRounds=" << scheduleOptions.blockingRounds << "\n"
+        << " blockingRounds=" << scheduleOptions.blockingRounds
+        << " directCollectives=" << scheduleOptions.directCollectives << "\n"
         << formatPlan(*plan);
     limited += c.options.memoryLimitBytes > 0;
     reductions += plan->reducesInPlace;

@@ -26,6 +26,13 @@ def PolymeshExchangeToCpu
     `--polymesh-lower-to-cpu`'s later stages. `--polymesh-lower-to-cpu`
     describes the tables and the code.
   }];
+  let options = [
+    Option<"directCollectives", "direct-collectives", "bool",
+           /*default=*/"true",
+           "Let collectives go straight from source to destination tiles "
+           "(NCCL's out-of-place forms) where the tiles allow; false: "
+           "every collective in place">,
+  ];
   let dependentDialects = ["::mlir::memref::MemRefDialect",
                            "::mlir::scf::SCFDialect",
                            "::mlir::bufferization::BufferizationDialect",
@@ -69,6 +76,11 @@ def PolymeshExchangeToMpi
     MPI-to-LLVM patterns read for the ABI's handles and datatypes.
   }];
   let options = [
+    Option<"directCollectives", "direct-collectives", "bool",
+           /*default=*/"true",
+           "Let collectives go straight from source to destination tiles "
+           "(NCCL's out-of-place forms) where the tiles allow; false: "
+           "every collective in place">,
     Option<"mpiImplementation", "mpi-implementation", "std::string",
            /*default=*/"\"OpenMPI\"",
            "The MPI whose ABI the mpi ops lower to: OpenMPI or MPICH">,
@@ -105,7 +117,8 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
       each segment's row ranges, each staging size and each collective
       group. They are stored per distinct *block* (a device's rows, with
       peers and ranks relative to the device, groups by their shape and the
-      device's rank in them), which a
+      device's rank in them, read off its position where the group is an
+      iota pattern, so that a group's members share a block), which a
       table indexed by the device's position picks, so devices that do the
       same thing share rows. Tables are stored once per plan and shared by
       every class of devices that runs it. They hold the rows of the
@@ -119,15 +132,20 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
       (f16 and bf16 through f32, rounded per addition, as the simulator and
       the plan executor do).
     * **Communication** calls the runtime's C ABI (`PolymeshRuntime.h`): a
-      broadcast step whose root sends the same boxes to every other member
-      is one `polymesh_rt_broadcast` in place in staging; every other step
-      with remote transfers is `polymesh_rt_send`/`polymesh_rt_recv` rows
-      inside `polymesh_rt_group_start`/`group_end`, which carries any step.
+      step with a collective's exact shape is one `polymesh_rt_broadcast`,
+      `all_gather`, `all_reduce` or `reduce_scatter` call per group, in
+      place in staging or a tile, or (`direct-collectives`, the default)
+      straight from the source tile into the destination tile where the
+      tiles allow, taking over the plan's local copies around it; every
+      other step with remote transfers is `polymesh_rt_send`/
+      `polymesh_rt_recv` rows inside `polymesh_rt_group_start`/`group_end`,
+      which carries any step.
       Generated code does not check call statuses: the runtime keeps the
       first error and fails every later call, and the caller reads
       `polymesh_rt_status` after the run.
-    * A plan that sums into its source buffer runs on a copy of the source
-      tile; one that adds into its destination starts from zeros.
+    * A schedule that writes its source buffer (a sum in place) runs on a
+      copy of the source tile; one that adds into its destination starts
+      from zeros.
 
     With `transport=mpi` the first stage is `--polymesh-exchange-to-mpi`
     instead: messages between processes are upstream `mpi.send` and
@@ -142,6 +160,11 @@ def PolymeshLowerToCpu : Pass<"polymesh-lower-to-cpu", "mlir::ModuleOp"> {
     `mpi` dialect's among them).
   }];
   let options = [
+    Option<"directCollectives", "direct-collectives", "bool",
+           /*default=*/"true",
+           "Let collectives go straight from source to destination tiles "
+           "(NCCL's out-of-place forms) where the tiles allow; false: "
+           "every collective in place">,
     Option<"transportName", "transport", "std::string",
            /*default=*/"\"runtime\"",
            "How messages between processes move: runtime (the runtime's "
@@ -190,6 +213,11 @@ def PolymeshExchangeToCuda
     lowers).
   }];
   let options = [
+    Option<"directCollectives", "direct-collectives", "bool",
+           /*default=*/"true",
+           "Let collectives go straight from source to destination tiles "
+           "(NCCL's out-of-place forms) where the tiles allow; false: "
+           "every collective in place">,
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90\"",
            "NVVM target chip of the kernels: an NVPTX processor (sm_NN, "
            "sm_NNa, sm_NNf)">,
@@ -267,6 +295,11 @@ def PolymeshLowerToCuda : Pass<"polymesh-lower-to-cuda", "mlir::ModuleOp"> {
     kernels' PTX.
   }];
   let options = [
+    Option<"directCollectives", "direct-collectives", "bool",
+           /*default=*/"true",
+           "Let collectives go straight from source to destination tiles "
+           "(NCCL's out-of-place forms) where the tiles allow; false: "
+           "every collective in place">,
     Option<"chip", "chip", "std::string", /*default=*/"\"sm_90\"",
            "NVVM target chip of the kernels: an NVPTX processor (sm_NN, "
            "sm_NNa, sm_NNf)">,

@@ -138,6 +138,9 @@ struct ShardedRunnerOptions {
   /// --polymesh-plan's batch-min-devices: reshards over at least this many
   /// devices that repeat over mesh axes are planned for one cell (0: never).
   int64_t batchMinDevices = 1024;
+  /// The lowering's direct-collectives: collectives straight between tiles
+  /// where the tiles allow (false: every collective in place).
+  bool directCollectives = true;
 
   /// Multi-process runs (docs/multi-process.md). The devices this process
   /// runs; null: every device. Class functions that none of them runs are

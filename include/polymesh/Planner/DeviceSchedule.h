@@ -214,6 +214,11 @@ struct ScheduleOptions {
   /// The backend sums the element type in a collective (AllReduce,
   /// ReduceScatter); without it sums stay send/recv plus accumulate rows.
   bool reductions = true;
+  /// Let collectives go straight from source to destination tiles (NCCL's
+  /// out-of-place forms, CommRow::result) where the tiles allow, taking
+  /// over the plan's local copies around them. Off: every collective in
+  /// place, as the plan's steps are.
+  bool directCollectives = true;
   /// Per position of `devices`: whether to keep that device's rows (a
   /// process schedules only the devices it runs). Empty: every device's.
   /// Segments, phases and group numbering are the same whatever is kept,
