@@ -15,6 +15,7 @@
 
 #include <array>
 #include <map>
+#include <numeric>
 #include <tuple>
 #include <unordered_map>
 
@@ -416,6 +417,40 @@ Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
   return block;
 }
 
+/// A position -> block table as runs of equal blocks that repeat
+/// (PlanTables::blockRun, blockPeriod): `run` is the gcd of the positions
+/// where the block changes (every change falls on a run boundary), and
+/// the runs' blocks are `blocks` repeated (its smallest period). A splat
+/// is one run; a pod's batched plan, whose cells repeat cell 0's blocks,
+/// is one cell's blocks; a table with no pattern is itself (run 1).
+struct BlockRuns {
+  int64_t run = 1;
+  std::vector<int64_t> blocks;
+
+  explicit BlockRuns(const std::vector<int64_t> &blockOf) {
+    int64_t n = blockOf.size();
+    run = n;
+    for (int64_t p = 1; p < n; ++p)
+      if (blockOf[p] != blockOf[p - 1])
+        run = std::gcd(run, p);
+    run = std::max<int64_t>(run, 1);
+    std::vector<int64_t> runs;
+    for (int64_t p = 0; p < n; p += run)
+      runs.push_back(blockOf[p]);
+    // The smallest period of `runs` (prefix function): runs[k] ==
+    // runs[k % period] for every k.
+    std::vector<int64_t> border(runs.size(), 0);
+    for (size_t k = 1; k < runs.size(); ++k) {
+      int64_t b = border[k - 1];
+      while (b > 0 && runs[k] != runs[b])
+        b = border[b - 1];
+      border[k] = b + (runs[k] == runs[b]);
+    }
+    size_t period = runs.empty() ? 0 : runs.size() - border.back();
+    blocks.assign(runs.begin(), runs.begin() + period);
+  }
+};
+
 /// `rowsOf[p]`: the position whose rows position p runs (itself, or its
 /// counterpart in cell 0 of a batched plan), or -1 for another process's
 /// device, which gets no rows and whose entry no code reads.
@@ -663,9 +698,11 @@ FailureOr<PlanTables *> PlanTableBuilder::tablesFor(ExchangeOp op) {
       prefix + "_ranges",
       {static_cast<int64_t>(shape.segments.size()) * numBlocks, kRangeColumns},
       built.ranges);
+  BlockRuns runs(built.blockOf);
+  tables.blockRun = runs.run;
+  tables.blockPeriod = runs.blocks.size();
   tables.blocks =
-      addGlobal(prefix + "_blocks",
-                {static_cast<int64_t>(built.blockOf.size())}, built.blockOf);
+      addGlobal(prefix + "_blocks", {tables.blockPeriod}, runs.blocks);
   tables.staging = addGlobal(prefix + "_staging", {numBlocks}, built.staging);
   if (!built.members.empty())
     tables.members =
@@ -752,7 +789,17 @@ Value ScheduleEmitter::baseOf(Value space) {
 void ScheduleEmitter::loadTables(Value position) {
   // Every table but `blocks` is indexed by the device's block.
   this->position = position;
-  block = e.toIndex(e.load(table(tables.blocks), {position}));
+  // blocks[(position / blockRun) % blockPeriod] (BlockRuns).
+  Value at = position;
+  if (tables.blockPeriod == 1) {
+    at = e.index(0);
+  } else {
+    if (tables.blockRun > 1)
+      at = arith::DivUIOp::create(b, loc, at, e.index(tables.blockRun));
+    if (tables.blockRun * tables.blockPeriod < schedule.numDevices)
+      at = arith::RemUIOp::create(b, loc, at, e.index(tables.blockPeriod));
+  }
+  block = e.toIndex(e.load(table(tables.blocks), {at}));
   if (!tables.ranks.empty())
     ranks = table(tables.ranks);
   if (!tables.copies.empty())

@@ -140,12 +140,18 @@ struct PlanTables {
   ScheduleShape schedule;
   /// Tables over distinct blocks (a device's rows, relative to the device):
   /// `blocks` maps positions to blocks (-1: a device another process
-  /// runs); `ranges` is per (segment, block),
+  /// runs), compressed (BlockRuns); `ranges` is per (segment, block),
   /// `staging` per block; `members` holds every distinct group shape, as
   /// member id - the group's first id (empty when the plan has none).
   std::string copies, ranges, comms, staging, members, blocks;
   /// Rank digits (RankColumn; empty when every rank is a constant).
   std::string ranks;
+  /// The device at position p runs block
+  /// blocks[(p / blockRun) % blockPeriod]: positions come in runs of
+  /// blockRun that run one block, and the runs' blocks repeat every
+  /// blockPeriod runs (BlockRuns). A regular mesh's table is then as
+  /// large as one cell's blocks, not as the device count.
+  int64_t blockRun = 1, blockPeriod = 1;
   int64_t numBlocks = 0;
   /// The largest collective group (members materialized per call).
   int64_t maxGroupSize = 0;

@@ -15,7 +15,7 @@
 // column is -1, the source tile is copied into a scratch buffer first and
 // the sum copied to the result after (one copy row).
 // DIRECT-DAG: memref.global "private" constant @__polymesh_grad_sum__plan0_comms : memref<1x8xi64> = dense<{{\[}}[4, 0, 0, 4096, 0, 0, 1, 0]]>
-// DIRECT-DAG: memref.global "private" constant @__polymesh_grad_sum__plan0_blocks : memref<8xi64> = dense<0>
+// DIRECT-DAG: memref.global "private" constant @__polymesh_grad_sum__plan0_blocks : memref<1xi64> = dense<0>
 // DIRECT-LABEL: func.func @grad_sum__part0(
 // DIRECT-NOT: llvm.call @malloc
 // DIRECT-NOT: "llvm.intr.memcpy"
@@ -62,7 +62,7 @@ func.func @grad_sum(%g: tensor<16x64xf32> {polymesh.sharding = #polymesh.shardin
 // DIRECT-DAG: memref.global "private" constant @__polymesh_gather__plan0_staging : memref<1xi64> = dense<0>
 // DIRECT-DAG: memref.global "private" constant @__polymesh_gather__plan0_comms : memref<1x8xi64> = dense<{{\[}}[3, 0, 0, 512, 0, 0, 1, 0]]>
 // DIRECT-DAG: memref.global "private" constant @__polymesh_gather__plan0_ranks : memref<1x3xi64> = dense<{{\[}}[1, 4, 1]]>
-// DIRECT-DAG: memref.global "private" constant @__polymesh_gather__plan0_blocks : memref<8xi64> = dense<0>
+// DIRECT-DAG: memref.global "private" constant @__polymesh_gather__plan0_blocks : memref<1xi64> = dense<0>
 // DIRECT-LABEL: func.func @gather__part0(
 // DIRECT-NOT: "llvm.intr.memcpy"
 // DIRECT: llvm.call @polymesh_rt_all_gather(
@@ -70,7 +70,7 @@ func.func @grad_sum(%g: tensor<16x64xf32> {polymesh.sharding = #polymesh.shardin
 // DIRECT: bufferization.to_tensor
 
 // IN-PLACE-DAG: memref.global "private" constant @__polymesh_gather__plan0_staging : memref<4xi64> = dense<2048>
-// IN-PLACE-DAG: memref.global "private" constant @__polymesh_gather__plan0_blocks : memref<8xi64> = dense<[0, 1, 2, 3, 0, 1, 2, 3]>
+// IN-PLACE-DAG: memref.global "private" constant @__polymesh_gather__plan0_blocks : memref<4xi64> = dense<[0, 1, 2, 3]>
 // IN-PLACE-LABEL: func.func @gather__part0(
 // IN-PLACE: "llvm.intr.memcpy"
 // IN-PLACE: llvm.call @polymesh_rt_all_gather(

@@ -16,7 +16,7 @@ polymesh.mesh @pod = <["dp"=4, "fsdp"=4, "tp"=2]>
 // rank and there are no copies at all.
 // CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_members : memref<4xi64> = dense<[0, 2, 4, 6]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_ranks : memref<1x3xi64> = dense<{{\[}}[2, 4, 1]]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_blocks : memref<32xi64> = dense<0>
+// CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_blocks : memref<1xi64> = dense<0>
 // CHECK-DAG: memref.global "private" constant @__polymesh_gather_fsdp__plan0_comms : memref<1x8xi64> = dense<{{\[}}[3, 0, 0, 384, 0, 0, 1, 0]]>
 // COPIES-NOT: @__polymesh_gather_fsdp__plan0_copies
 func.func @gather_fsdp(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.sharding<@pod, [{"dp", "fsdp"}, {"tp"}]>}) -> tensor<64x48xf32> {
@@ -29,7 +29,7 @@ func.func @gather_fsdp(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.shar
 // tile into the destination tile.
 // CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_members : memref<4xi64> = dense<[0, 8, 16, 24]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_ranks : memref<1x3xi64> = dense<{{\[}}[8, 4, 1]]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_blocks : memref<32xi64> = dense<0>
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_blocks : memref<1xi64> = dense<0>
 // CHECK-DAG: memref.global "private" constant @__polymesh_reduce_dp__plan0_comms : memref<1x8xi64> = dense<{{\[}}[4, 0, 0, 1536, 0, 0, 1, 0]]>
 // CHECK-LABEL: func.func @gather_fsdp__part0
 // CHECK-LABEL: func.func @reduce_dp__part0
@@ -42,12 +42,19 @@ func.func @reduce_dp(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.shardi
 
 // The stage handoff: one cell of one sender and one receiver, so two
 // blocks for 32 devices: send 768 bytes to the device 16 ids up (rank 16
-// up), receive them from 16 down.
+// up), receive them from 16 down. The senders are positions 0-15 and the
+// receivers 16-31: the blocks table is one entry per run of 16 positions,
+// read at position / 16.
 polymesh.mesh @stage0 = <["dp"=2, "fsdp"=4, "tp"=2]>
 polymesh.mesh @stage1 = <["dp"=2, "fsdp"=4, "tp"=2], device_ids=[16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_stage_handoff__plan0_blocks : memref<32xi64> = dense<[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_stage_handoff__plan0_blocks : memref<2xi64> = dense<[0, 1]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_stage_handoff__plan0_comms : memref<2x8xi64> = dense<{{\[}}[0, 16, 0, 768, 16, 0, 0, 0], [1, -16, 0, 768, -16, 1, 0, 0]]>
-// CHECK-LABEL: func.func @stage_handoff__part0
+// CHECK-LABEL: func.func @stage_handoff__part0(
+// CHECK-SAME: %{{[^:]*}}: !llvm.ptr, %{{[^:]*}}: i64, %[[POS:[^:]*]]: index,
+// CHECK: %[[C16:.*]] = arith.constant 16 : index
+// CHECK-NEXT: %[[AT:.*]] = arith.divui %[[POS]], %[[C16]] : index
+// CHECK-NEXT: %[[BLOCKS:.*]] = memref.get_global @__polymesh_stage_handoff__plan0_blocks : memref<2xi64>
+// CHECK-NEXT: memref.load %[[BLOCKS]][%[[AT]]] : memref<2xi64>
 func.func @stage_handoff(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.sharding<@stage0, [{"dp", "fsdp"}, {"tp"}]>}) -> tensor<64x48xf32> {
   %0 = polymesh.reshard %x <@stage1, [{"dp", "fsdp"}, {"tp"}]> : tensor<64x48xf32>
   return %0 : tensor<64x48xf32>

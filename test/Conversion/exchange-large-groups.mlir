@@ -29,7 +29,7 @@
 // PRINT: piece [4095:4096, 0:64] summed onto 4095
 // PRINT-NEXT: chunk 1 local_copy
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_members : memref<4096xi64>
-// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_blocks : memref<4096xi64> = dense<0>
+// CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_blocks : memref<1xi64> = dense<0>
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_ranks : memref<1x3xi64> = dense<{{\[}}[1, 4096, 1]]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_sum__plan0_comms : memref<1x8xi64> = dense<{{\[}}[4, 0, 0, 1048576, 0, 0, 1, 0]]>
 // CHECK-LABEL: func.func @sum__part0(
@@ -53,7 +53,7 @@ func.func @sum(%g: tensor<4096x64xf32> {polymesh.sharding = #polymesh.sharding<@
 // PLAN: reduce_scatter chunk 0 devices [0, 1, 2,
 // PLAN-SAME: pieces {0: [0, 0] : [1, 64]}
 // CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_members : memref<4096xi64>
-// CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_blocks : memref<4096xi64> = dense<0>
+// CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_blocks : memref<1xi64> = dense<0>
 // CHECK-DAG: memref.global "private" constant @__polymesh_scatter__plan0_comms : memref<1x8xi64> = dense<{{\[}}[5, 0, 0, 256, 0, 0, 1, 0]]>
 // CHECK-LABEL: func.func @scatter__part0(
 // CHECK: llvm.call @polymesh_rt_reduce_scatter(

@@ -52,7 +52,7 @@ func.func @all_gather(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.shardi
 // ((position / 1) % 2), so 1 block. The sum goes from the source tile to
 // the result tile (result space 1): the source is not written, so it is
 // not copied first.
-// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_blocks : memref<4xi64> = dense<0>
+// CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_blocks : memref<1xi64> = dense<0>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_members : memref<2xi64> = dense<[0, 1]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_ranks : memref<1x3xi64> = dense<{{\[\[}}1, 2, 1]]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_all_reduce__plan0_comms : memref<1x8xi64> = dense<{{\[\[}}4, 0, 0, 256, 0, 0, 1, 0]]>
@@ -83,7 +83,7 @@ func.func @all_reduce(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.shardi
 // source tile (space 0), whose row blocks are the pieces in rank order,
 // into the result tile (space 1, offset 0): nothing packed, unpacked,
 // copied or allocated, and one block for the four devices.
-// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_blocks : memref<4xi64> = dense<0>
+// CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_blocks : memref<1xi64> = dense<0>
 // CHECK-DAG: memref.global "private" constant @__polymesh_reduce_scatter__plan0_comms : memref<1x8xi64> = dense<{{\[\[}}5, 0, 0, 128, 0, 0, 1, 0]]>
 // CHECK-NOT: @__polymesh_reduce_scatter__plan0_copies
 // CHECK-LABEL: func.func @reduce_scatter__part0(
@@ -108,7 +108,7 @@ func.func @reduce_scatter(%a: tensor<16x8xf32> {polymesh.sharding = #polymesh.sh
 // space 1 on the receivers). Both classes share the plan's tables; the
 // receivers share one block. The root's id is read from the group at the
 // root's rank (the comm row's rank column).
-// CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_blocks : memref<8xi64> = dense<[0, 0, 1, 1, 1, 1, 1, 1]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_blocks : memref<4xi64> = dense<[0, 1, 1, 1]>
 // CHECK-DAG: memref.global "private" constant @__polymesh_broadcast__plan0_members : memref<4xi64> = dense<[0, 2, 4, 6]>
 // CHECK-LABEL: func.func @broadcast__part0(
 // CHECK: %[[ROOT_RANK:.*]] = memref.load %{{.*}}[%{{.*}}, %c4{{.*}}] : memref<2x8xi64>

@@ -3,9 +3,10 @@
 // RUN: polymesh-opt %s --polymesh-pipeline=target=cpu -split-input-file --mlir-print-elementsattrs-with-hex-if-larger=-1 | FileCheck %s --check-prefix=ALL --enable-var-scope
 
 // Lowering for one process's devices (devices=..., docs/multi-process.md):
-// the tables hold rows for those devices only. Every other position of the
-// `blocks` table is -1: another process runs it, and its module has the
-// rows. Positions still count every device of the function's meshes, and
+// the tables hold rows for those devices only. Every other position maps
+// to block -1: another process runs it, and its module has the rows. (The
+// `blocks` table repeats: position p reads entry p % its size, so
+// [-1, -1, 0, 0, 0, -1] covers 8 positions.) Positions still count every device of the function's meshes, and
 // a collective's group still names every member (its shape, relative to
 // the first member).
 
@@ -18,7 +19,7 @@
 polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
 polymesh.mesh @train = <["dp"=4, "tp"=2]>
 
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[-1, -1, 0, 0, 0, -1, -1, -1]> : tensor<8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[-1, -1, 0, 0, 0, -1]> : tensor<6xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members(dense<[0, 2, 4, 6]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranks(dense<{{\[\[}}2, 4, 1]]> : tensor<1x3xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_comms(dense<{{\[\[}}2, 0, 0, 1024, 0, 1, -1, 0]]> : tensor<1x8xi64>)
@@ -31,7 +32,7 @@ polymesh.mesh @train = <["dp"=4, "tp"=2]>
 // CUDA: llvm.call @polymesh_rt_nccl_comm
 // CHECK-NOT: llvm.func @restore__part
 
-// ALL-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[0, 0, 1, 1, 1, 1, 1, 1]> : tensor<8xi64>)
+// ALL-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[0, 1, 1, 1]> : tensor<4xi64>)
 // ALL-LABEL: llvm.func @restore__part0(
 // ALL-LABEL: llvm.func @restore__part1(
 func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding<@replica0, [{}, {"tp"}]>})
@@ -49,7 +50,7 @@ func.func @restore(%a: tensor<16x32xf32> {polymesh.sharding = #polymesh.sharding
 polymesh.mesh @a = <["x"=3], device_ids=[4, 0, 2]>
 polymesh.mesh @b = <["y"=2], device_ids=[5, 1]>
 
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_blocks(dense<[-1, -1, 0, 1, -1]> : tensor<5xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_blocks(dense<[-1, -1, 0, 1]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_staging(dense<[48, 72]> : tensor<2xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_comms(dense<{{\[\[}}0, 3, 0, 24, 2, 2, 0, 1], [0, -1, 24, 24, -1, 2, 1, 2], [0, 1, 0, 36, 1, 2, 0, 1], [0, -3, 36, 36, -2, 2, 1, 2]]> : tensor<4x8xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_f__plan0_copies(dense<{{\[\[}}0, 0, 0, 2, 0, 12, 2, 24, 12], [0, 0, 12, 2, 24, 12, 2, 24, 12], [0, 0, 0, 2, 0, 12, 3, 24, 12], [0, 0, 12, 2, 36, 12, 3, 24, 12]]> : tensor<4x9xi64>)
@@ -75,7 +76,7 @@ func.func @f(%x: tensor<8x6xf32> {polymesh.sharding = #polymesh.sharding<@a, [{"
 // only receive. Its module has no group to join, so no collective call,
 // only the send/recv group (this crashed the CPU and CUDA lowerings; found
 // by gen-programs.py under mpirun, seed 20261207).
-// CHECK: llvm.mlir.global private constant @__polymesh_reduced_elsewhere__plan0_blocks(dense<[-1, -1, 0, 0]> : tensor<4xi64>)
+// CHECK: llvm.mlir.global private constant @__polymesh_reduced_elsewhere__plan0_blocks(dense<[-1, 0]> : tensor<2xi64>)
 // CHECK-LABEL: func @reduced_elsewhere__part1(
 // CPU-NOT: polymesh_rt_all_reduce
 // CPU: llvm.call @polymesh_rt_group_start

@@ -12,7 +12,8 @@
 // device: devices 0 and 1 (the roots) do the same thing, and so do the
 // receivers 2 to 7, whose rank in the group is read off their position
 // ((position / 2) % 4, the `ranks` table), so 8 devices need 2 blocks (the
-// `blocks` table); the group's members are device id differences and the
+// `blocks` table, an entry per run of 2 positions: position / 2); the
+// group's members are device id differences and the
 // root is its rank in the group (0). Each column half is a whole tile on the root
 // and on the receivers, so it is broadcast in place: from the root's source
 // tile (space 0) into the receivers' destination tiles (space 1), without
@@ -21,7 +22,7 @@ polymesh.mesh @replica0 = <["tp"=2], device_ids=[0, 1]>
 polymesh.mesh @train = <["dp"=4, "tp"=2]>
 
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_members(dense<[0, 2, 4, 6]> : tensor<4xi64>)
-// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[0, 0, 1, 1, 1, 1, 1, 1]> : tensor<8xi64>)
+// CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_blocks(dense<[0, 1, 1, 1]> : tensor<4xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranks(dense<{{\[\[}}2, 4, 1]]> : tensor<1x3xi64>)
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_ranges(
 // CHECK-DAG: llvm.mlir.global private constant @__polymesh_restore__plan0_copies(dense<{{\[\[}}0, 0, 0, 1, 0, 1024, 1, 0, 0]]> : tensor<1x9xi64>)
