@@ -182,6 +182,13 @@ llvm::cl::opt<int64_t> batchMinDevices(
                    "over mesh axes (0: never; default 1024)"),
     llvm::cl::init(1024));
 
+llvm::cl::opt<bool> directCollectives(
+    "direct-collectives",
+    llvm::cl::desc("The lowering's direct-collectives: collectives straight "
+                   "from source to destination tiles where the tiles allow "
+                   "(default); false: every collective in place"),
+    llvm::cl::init(true));
+
 llvm::cl::opt<unsigned> jitOptLevel(
     "opt-level",
     llvm::cl::desc("LLVM optimization level (0-3) of the JIT-compiled "
@@ -664,6 +671,7 @@ BackendFactory backendFactory() {
 ShardedRunnerOptions shardedOptions() {
   ShardedRunnerOptions options;
   options.batchMinDevices = batchMinDevices;
+  options.directCollectives = directCollectives;
   options.jit.optLevel = jitOptLevel;
   // Lock-step comparison of reordered sums (checkPartialSums); one process
   // holds every tile of them only when it runs every device.
