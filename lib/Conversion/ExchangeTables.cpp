@@ -205,37 +205,6 @@ void appendCopies(std::vector<int64_t> &copies,
   }
 }
 
-/// Every collective group of a schedule, by shape: member ids relative to
-/// the group's first, each distinct shape stored once in `members`.
-struct GroupShapes {
-  std::vector<int64_t> members;
-  /// Per segment, per group: where its shape starts in `members`.
-  std::vector<std::vector<int64_t>> offsetOf;
-
-  explicit GroupShapes(const planner::DeviceSchedule &schedule) {
-    std::map<std::vector<int64_t>, int64_t> known;
-    for (const planner::Segment &segment : schedule.segments) {
-      std::vector<int64_t> &offsets = offsetOf.emplace_back();
-      for (const std::vector<int64_t> &group : segment.groups) {
-        // Groups no kept device joins are dropped by the schedule.
-        if (group.empty()) {
-          offsets.push_back(0);
-          continue;
-        }
-        std::vector<int64_t> shape;
-        shape.reserve(group.size());
-        for (int64_t member : group)
-          shape.push_back(member - group.front());
-        auto [it, inserted] =
-            known.try_emplace(std::move(shape), members.size());
-        if (inserted)
-          members.insert(members.end(), it->first.begin(), it->first.end());
-        offsets.push_back(it->second);
-      }
-    }
-  }
-};
-
 /// The index of member `id` in `group` (Segment::groups are sorted).
 int64_t rankIn(llvm::ArrayRef<int64_t> group, int64_t id) {
   const int64_t *at = llvm::lower_bound(group, id);
@@ -291,17 +260,76 @@ iotaDigits(llvm::ArrayRef<int64_t> positions) {
   return digits;
 }
 
-/// The rank digits of every collective group of a schedule, where its
-/// members' positions follow an iota pattern that gives every device
-/// running a member's rows (`rowsOf`: cell 0's rows for a shifted cell)
-/// that member's rank; each distinct pattern stored once in `ranks`.
-struct RankPatterns {
-  std::vector<int64_t> ranks;
-  /// Per segment, per group: rows [begin, end) of `ranks`, or nullopt.
-  std::vector<std::vector<std::optional<std::pair<int64_t, int64_t>>>> rowsOf;
+/// A flat table of rows stored once each: an equal row gets the first
+/// one's place.
+struct InternedRows {
+  std::vector<int64_t> table;
+  std::map<std::vector<int64_t>, int64_t> known;
 
-  RankPatterns(const planner::DeviceSchedule &schedule,
-               const std::vector<int64_t> &runsRowsOf) {
+  /// Where `row` starts in `table`.
+  int64_t add(std::vector<int64_t> row) {
+    auto [it, inserted] =
+        known.try_emplace(std::move(row), static_cast<int64_t>(table.size()));
+    if (inserted)
+      table.insert(table.end(), it->first.begin(), it->first.end());
+    return it->second;
+  }
+};
+
+/// Every collective group of a schedule as the tables store it: its shape
+/// (member ids relative to the first member) in `members` and, where its
+/// members' positions follow an iota pattern that gives every device
+/// running a member's rows (`runsRowsOf`: cell 0's rows for a shifted
+/// cell) that member's rank, its rank digits in `ranks`. Each distinct
+/// shape and pattern is stored once.
+struct GroupTables {
+  struct Group {
+    /// Where its shape starts in `members`.
+    int64_t shape = 0;
+    /// Its rows [begin, end) of `ranks`, if its ranks are read off
+    /// positions.
+    std::optional<std::pair<int64_t, int64_t>> digits;
+  };
+  std::vector<int64_t> members, ranks;
+  /// Per segment, per group.
+  std::vector<std::vector<Group>> of;
+
+  GroupTables(const planner::DeviceSchedule &schedule,
+              const std::vector<int64_t> &runsRowsOf) {
+    std::vector<std::vector<std::optional<std::vector<RankDigit>>>> digitsOf =
+        findDigits(schedule, runsRowsOf);
+    InternedRows shapes, patterns;
+    for (auto [s, segment] : llvm::enumerate(schedule.segments)) {
+      std::vector<Group> &groups = of.emplace_back();
+      for (auto [g, members] : llvm::enumerate(segment.groups)) {
+        Group &group = groups.emplace_back();
+        // Groups no kept device joins are dropped by the schedule.
+        if (members.empty())
+          continue;
+        std::vector<int64_t> shape;
+        shape.reserve(members.size());
+        for (int64_t member : members)
+          shape.push_back(member - members.front());
+        group.shape = shapes.add(std::move(shape));
+        if (const auto &digits = digitsOf[s][g]) {
+          std::vector<int64_t> rows;
+          for (const RankDigit &digit : *digits)
+            rows.insert(rows.end(), {digit.stride, digit.size, digit.weight});
+          int64_t begin = patterns.add(std::move(rows)) / kRankColumns;
+          group.digits = {begin, begin + static_cast<int64_t>(digits->size())};
+        }
+      }
+    }
+    members = std::move(shapes.table);
+    ranks = std::move(patterns.table);
+  }
+
+private:
+  /// Per segment, per group: its rank digits, where they give every device
+  /// that runs a member's rows that member's rank.
+  static std::vector<std::vector<std::optional<std::vector<RankDigit>>>>
+  findDigits(const planner::DeviceSchedule &schedule,
+             const std::vector<int64_t> &runsRowsOf) {
     const std::vector<int64_t> &devices = schedule.devices;
     std::vector<std::vector<std::optional<std::vector<RankDigit>>>> digitsOf;
     for (const planner::Segment &segment : schedule.segments) {
@@ -333,30 +361,13 @@ struct RankPatterns {
           digitsOf[s][group].reset();
       }
     }
-    std::map<std::vector<RankDigit>, int64_t> known;
-    for (auto &digits : digitsOf) {
-      auto &rows = rowsOf.emplace_back();
-      for (std::optional<std::vector<RankDigit>> &pattern : digits) {
-        if (!pattern) {
-          rows.push_back(std::nullopt);
-          continue;
-        }
-        auto [it, inserted] = known.try_emplace(
-            *pattern, static_cast<int64_t>(ranks.size() / kRankColumns));
-        if (inserted)
-          for (const RankDigit &digit : *pattern)
-            ranks.insert(ranks.end(), {digit.stride, digit.size, digit.weight});
-        rows.push_back(std::make_pair(
-            it->second, it->second + static_cast<int64_t>(pattern->size())));
-      }
-    }
+    return digitsOf;
   }
 };
 
 /// Position p's block of `schedule` (see CommColumn for what is relative).
 Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
-              int64_t copyColumns, const GroupShapes &shapes,
-              const RankPatterns &patterns) {
+              int64_t copyColumns, const GroupTables &groups) {
   const std::vector<int64_t> &devices = schedule.devices;
   int64_t device = devices[p];
   Block block;
@@ -368,9 +379,10 @@ Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
     llvm::ArrayRef<int64_t> group;
     if (mine.group >= 0) {
       group = segment.groups[mine.group];
-      range[kMembersBegin] = shapes.offsetOf[s][mine.group];
+      const GroupTables::Group &stored = groups.of[s][mine.group];
+      range[kMembersBegin] = stored.shape;
       range[kMembersEnd] = range[kMembersBegin] + group.size();
-      if (auto digits = patterns.rowsOf[s][mine.group]) {
+      if (const auto &digits = stored.digits) {
         range[kRankBegin] = digits->first;
         range[kRankEnd] = digits->second;
       } else {
@@ -458,9 +470,9 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
                              const std::vector<int64_t> &rowsOf) {
   int64_t copyColumns = kFixedCopyColumns + 3 * schedule.outerDims;
   BlockTables tables;
-  GroupShapes shapes(schedule);
-  tables.members = std::move(shapes.members);
-  RankPatterns patterns(schedule, rowsOf);
+  GroupTables groups(schedule, rowsOf);
+  tables.members = std::move(groups.members);
+  tables.ranks = std::move(groups.ranks);
   for (const planner::Segment &segment : schedule.segments)
     for (const std::vector<int64_t> &group : segment.groups)
       tables.maxGroupSize =
@@ -477,9 +489,9 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
     }
     auto [known, fresh] = numberOfRows.try_emplace(rows, 0);
     if (fresh) {
-      auto [it, inserted] = numberOf.try_emplace(
-          blockOf(schedule, rows, copyColumns, shapes, patterns),
-          static_cast<int64_t>(unique.size()));
+      auto [it, inserted] =
+          numberOf.try_emplace(blockOf(schedule, rows, copyColumns, groups),
+                               static_cast<int64_t>(unique.size()));
       if (inserted)
         unique.push_back(&it->first);
       known->second = it->second;
@@ -507,7 +519,6 @@ BlockTables buildBlockTables(const planner::DeviceSchedule &schedule,
       range[kCommEnd] += commBase[b];
       tables.ranges.insert(tables.ranges.end(), range.begin(), range.end());
     }
-  tables.ranks = std::move(patterns.ranks);
   for (size_t c = 0; c < tables.comms.size(); c += kCommColumns) {
     auto kind = static_cast<planner::CommKind>(tables.comms[c + kCommKind]);
     tables.hasResults |= kind != planner::CommKind::Send &&

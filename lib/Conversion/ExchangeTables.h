@@ -262,6 +262,12 @@ public:
     return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, a,
                                  i64(value));
   }
+  /// The address of i64 entry `i` of `buffer` (an !llvm.ptr).
+  Value slot(Value buffer, Value i) {
+    return LLVM::GEPOp::create(b, loc,
+                               LLVM::LLVMPointerType::get(b.getContext()),
+                               b.getI64Type(), buffer, ValueRange{i});
+  }
   void call(LLVM::LLVMFuncOp function, ValueRange args) {
     LLVM::CallOp::create(b, loc, function, args);
   }
@@ -297,10 +303,8 @@ public:
     Value first = arith::SubIOp::create(
         b, loc, device, load(members, {toIndex(add(begin, rank))}));
     loop(toIndex(begin), toIndex(end), [&](Value i) {
-      Value slot = LLVM::GEPOp::create(
-          b, loc, LLVM::LLVMPointerType::get(b.getContext()), b.getI64Type(),
-          buffer, ValueRange{arith::SubIOp::create(b, loc, toI64(i), begin)});
-      LLVM::StoreOp::create(b, loc, add(first, load(members, {i})), slot);
+      Value at = slot(buffer, arith::SubIOp::create(b, loc, toI64(i), begin));
+      LLVM::StoreOp::create(b, loc, add(first, load(members, {i})), at);
     });
     return {buffer, arith::SubIOp::create(b, loc, end, begin)};
   }

@@ -296,10 +296,8 @@ void CpuExchangeEmitter::emitBroadcast(Value rangeRow) {
   Value end = rangeColumn(rangeRow, kCommEnd);
   e.loop(begin, end, [&](Value row) {
     Value at = e.pointer(commAddress(row));
-    Value slot = LLVM::GEPOp::create(
-        b, loc, LLVM::LLVMPointerType::get(b.getContext()), b.getI64Type(),
-        group, ValueRange{commColumn(row, kPeerRank)});
-    Value root = LLVM::LoadOp::create(b, loc, b.getI64Type(), slot);
+    Value root = LLVM::LoadOp::create(
+        b, loc, b.getI64Type(), e.slot(group, commColumn(row, kPeerRank)));
     e.call(declare(RuntimeFunction::Broadcast),
            {runtime, device, group, numMembers, root, at, at,
             commColumn(row, kBytes)});

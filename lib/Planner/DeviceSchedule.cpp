@@ -1117,6 +1117,14 @@ bool writesSourceBuffer(const DeviceSchedule &schedule) {
   return false;
 }
 
+/// A local copy of a box from `device`'s source tile to its own
+/// destination tile.
+bool isOwnCopy(const Transfer &copy, int64_t device) {
+  return !copy.accumulate && copy.srcBuffer == BufferKind::Source &&
+         copy.dstBuffer == BufferKind::Destination &&
+         copy.dstDevices == std::vector<int64_t>{device};
+}
+
 /// Schedules a plan's steps in order, each one as a collective where one
 /// carries it, else phase by phase.
 class StepScheduler {
@@ -1127,7 +1135,7 @@ public:
         stepsOf(stepsInvolving(plan, tiles)) {}
 
   absl::Status run() {
-    findDirectGathers();
+    matchGathers();
     for (size_t s = 0; s < plan.steps.size(); ++s)
       if (absl::Status status = scheduleStep(s); !status.ok())
         return status;
@@ -1146,7 +1154,7 @@ private:
   }
   void fuseResultCopy(const std::vector<int64_t> &members, size_t p,
                       DeviceSegment &rows, size_t s);
-  void findDirectGathers();
+  void matchGathers();
   void takeOwnCopy(size_t p, size_t s, const Transfer &sent);
   /// The transfers of local-copy step t from each device.
   const std::unordered_map<int64_t, std::vector<size_t>> &copiesIn(size_t t);
@@ -1160,16 +1168,16 @@ private:
   /// Per step, the transfers that a sum or an all-gather of another step
   /// does.
   std::map<size_t, std::set<size_t>> taken;
-  /// The all-gathers that go straight to destination tiles, by step phase.
-  std::map<std::pair<size_t, int>, Piece> directGathers;
+  /// The all-gather step phases that run as one, by step phase.
+  std::map<std::pair<size_t, int>, Piece> gathers;
 };
 
-/// Finds the all-gathers that go straight between tiles before scheduling
-/// any step: such a gather also writes each member's own box to its
-/// destination, so the local copy of that box (the step next to it for the
-/// member, before or after) goes.
-void StepScheduler::findDirectGathers() {
-  if (!options.collectives || !tiles.direct)
+/// Matches every all-gather step phase before scheduling any step: one that
+/// goes straight between tiles also writes each member's own box to its
+/// destination, so the local copy of that box (in the step next to it for
+/// the member, before or after) goes.
+void StepScheduler::matchGathers() {
+  if (!options.collectives)
     return;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const Step &step = plan.steps[s];
@@ -1180,13 +1188,13 @@ void StepScheduler::findDirectGathers() {
       maxPhase = std::max(maxPhase, transfer.phase);
     for (int phase = 0; phase <= maxPhase; ++phase) {
       std::optional<Piece> piece = matchAllGather(step, s, phase, tiles);
-      if (!piece || piece->rows.empty() ||
-          !piece->rows.begin()->second.comm.at(0).result)
+      if (!piece)
         continue;
-      for (const Transfer &transfer : step.transfers)
-        if (transfer.phase == phase && !transfer.box.empty())
-          takeOwnCopy(*tiles.position(transfer.srcDevice), s, transfer);
-      directGathers.emplace(std::make_pair(s, phase), std::move(*piece));
+      if (!piece->rows.empty() && piece->rows.begin()->second.comm.at(0).result)
+        for (const Transfer &transfer : step.transfers)
+          if (transfer.phase == phase && !transfer.box.empty())
+            takeOwnCopy(*tiles.position(transfer.srcDevice), s, transfer);
+      gathers.emplace(std::make_pair(s, phase), std::move(*piece));
     }
   }
 }
@@ -1209,10 +1217,7 @@ void StepScheduler::takeOwnCopy(size_t p, size_t s, const Transfer &sent) {
       continue;
     for (size_t i : from->second) {
       const Transfer &copy = plan.steps[t].transfers[i];
-      if (!copy.accumulate && copy.box == sent.box &&
-          copy.srcBuffer == BufferKind::Source &&
-          copy.dstBuffer == BufferKind::Destination &&
-          copy.dstDevices == std::vector<int64_t>{sent.srcDevice}) {
+      if (copy.box == sent.box && isOwnCopy(copy, sent.srcDevice)) {
         taken[t].insert(i);
         return;
       }
@@ -1263,11 +1268,8 @@ void StepScheduler::fuseResultCopy(const std::vector<int64_t> &members,
            members.begin());
   const Tile &source = tiles.source[p];
   const Tile &destination = tiles.destination[p];
-  if (copy.accumulate || copy.srcBuffer != BufferKind::Source ||
-      copy.dstBuffer != BufferKind::Destination ||
-      copy.dstDevices != std::vector<int64_t>{row.peer} ||
-      box.numElements() * tiles.eb != row.bytes || !source.box.encloses(box) ||
-      !contiguousIn(source, box) ||
+  if (!isOwnCopy(copy, row.peer) || box.numElements() * tiles.eb != row.bytes ||
+      !source.box.encloses(box) || !contiguousIn(source, box) ||
       inTile(BufferSpace::Source, source, box).offset != at ||
       !destination.present || destination.box != box ||
       !contiguousIn(destination, box))
@@ -1309,16 +1311,11 @@ absl::Status StepScheduler::scheduleStep(size_t s) {
       return absl::OkStatus();
     }
   for (int phase = 0; phase <= maxPhase; ++phase) {
-    if (auto direct = directGathers.find({s, phase});
-        direct != directGathers.end()) {
-      builder.add(std::move(direct->second));
+    // All-gather steps are never rewritten: matchGathers saw this one.
+    if (auto gather = gathers.find({s, phase}); gather != gathers.end()) {
+      builder.add(std::move(gather->second));
       continue;
     }
-    if (options.collectives)
-      if (std::optional<Piece> piece = matchAllGather(step, s, phase, tiles)) {
-        builder.add(std::move(*piece));
-        continue;
-      }
     if (sums)
       if (std::optional<Piece> piece =
               matchReduceScatter(step, s, phase, tiles)) {
