@@ -206,7 +206,10 @@ absl::Status waitTool(MPI_Request &request, absl::Duration timeout, int rank,
       Clock::now() + absl::ToChronoMilliseconds(timeout), [] { return false; });
   if (status.ok())
     return status;
-  dropRequests(requests, done);
+  // A nonblocking collective may be neither cancelled nor freed (Open MPI
+  // aborts the job on MPI_Cancel of one): the request stays pending, and
+  // the caller leaves its buffers to it (leaks them), since a late rank may
+  // still write them.
   if (absl::IsDeadlineExceeded(status))
     return absl::DeadlineExceededError(absl::StrCat(
         "rank ", rank, " waited ", absl::FormatDuration(timeout), " in ", what,
@@ -219,45 +222,72 @@ absl::Status waitTool(MPI_Request &request, absl::Duration timeout, int rank,
 } // namespace
 
 absl::StatusOr<std::vector<uint64_t>> MpiWorld::allGather(uint64_t value) {
-  std::vector<uint64_t> values(static_cast<size_t>(numRanks));
+  // On the heap: a pending call keeps both buffers (waitTool).
+  auto buffers = std::make_unique<std::pair<uint64_t, std::vector<uint64_t>>>(
+      value, std::vector<uint64_t>(static_cast<size_t>(numRanks)));
   MPI_Request request;
-  MPI_Iallgather(&value, 1, MPI_UINT64_T, values.data(), 1, MPI_UINT64_T,
-                 toolComm, &request);
+  MPI_Iallgather(&buffers->first, 1, MPI_UINT64_T, buffers->second.data(), 1,
+                 MPI_UINT64_T, toolComm, &request);
   if (absl::Status status =
           waitTool(request, waitLimit, rankId, "an all-gather of the ranks");
-      !status.ok())
+      !status.ok()) {
+    buffers.release();
     return status;
-  return values;
+  }
+  return std::move(buffers->second);
+}
+
+absl::Status MpiWorld::barrier(absl::Duration limit, const char *what) {
+  MPI_Request request;
+  MPI_Ibarrier(toolComm, &request);
+  return waitTool(request, limit, rankId, what);
 }
 
 absl::StatusOr<std::vector<std::string>>
 MpiWorld::gatherToRoot(const std::string &text) {
-  int length = static_cast<int>(text.size());
-  std::vector<int> lengths(rankId == 0 ? static_cast<size_t>(numRanks) : 0);
+  // Every buffer the calls use is on the heap, with a copy of `text`: a
+  // call left pending by a timeout keeps them (waitTool).
+  struct Buffers {
+    std::string text;
+    int length = 0;
+    std::vector<int> lengths, offsets;
+    std::string all;
+  };
+  auto buffers = std::make_unique<Buffers>();
+  buffers->text = text;
+  buffers->length = static_cast<int>(text.size());
+  buffers->lengths.assign(rankId == 0 ? static_cast<size_t>(numRanks) : 0, 0);
   MPI_Request request;
-  MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, toolComm,
-              &request);
+  MPI_Igather(&buffers->length, 1, MPI_INT, buffers->lengths.data(), 1, MPI_INT,
+              0, toolComm, &request);
   if (absl::Status status = waitTool(request, waitLimit, rankId,
                                      "a gather of the ranks' results");
-      !status.ok())
+      !status.ok()) {
+    buffers.release();
     return status;
-  std::vector<int> offsets(lengths.size(), 0);
+  }
+  const std::vector<int> &lengths = buffers->lengths;
+  std::vector<int> &offsets = buffers->offsets;
+  offsets.assign(lengths.size(), 0);
   int total = 0;
   for (size_t r = 0; r < lengths.size(); ++r) {
     offsets[r] = total;
     total += lengths[r];
   }
-  std::string all(static_cast<size_t>(total), '\0');
-  MPI_Igatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(),
-               offsets.data(), MPI_CHAR, 0, toolComm, &request);
+  buffers->all.assign(static_cast<size_t>(total), '\0');
+  MPI_Igatherv(buffers->text.data(), buffers->length, MPI_CHAR,
+               buffers->all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0,
+               toolComm, &request);
   if (absl::Status status = waitTool(request, waitLimit, rankId,
                                      "a gather of the ranks' results");
-      !status.ok())
+      !status.ok()) {
+    buffers.release();
     return status;
+  }
   std::vector<std::string> texts;
   for (size_t r = 0; r < lengths.size(); ++r)
-    texts.push_back(all.substr(static_cast<size_t>(offsets[r]),
-                               static_cast<size_t>(lengths[r])));
+    texts.push_back(buffers->all.substr(static_cast<size_t>(offsets[r]),
+                                        static_cast<size_t>(lengths[r])));
   return texts;
 }
 

@@ -1321,6 +1321,21 @@ int runMain() {
     }
     sharded = std::move(*created);
   }
+#if POLYMESH_HAVE_MPI
+  // Ranks compile different partitions at different speeds: the first
+  // function's waits for a peer (each at most --mpi-timeout) must not count
+  // a peer's compilation. The ranks meet once every one has compiled.
+  if (multiProcess() && mpiWorld) {
+    absl::Duration limit =
+        std::max(absl::Minutes(30), 10 * mpiWorld->timeout());
+    if (absl::Status met =
+            mpiWorld->barrier(limit, "the meeting after compilation");
+        !met.ok()) {
+      llvm::errs() << "error: " << std::string(met.message()) << "\n";
+      return 1;
+    }
+  }
+#endif
 
   int passed = 0, failedCount = 0, skipped = 0;
   for (const std::string &name : *names) {

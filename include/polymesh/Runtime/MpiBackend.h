@@ -77,6 +77,10 @@ public:
 
   /// Every rank's `value`, by rank, on every rank.
   absl::StatusOr<std::vector<uint64_t>> allGather(uint64_t value);
+  /// Returns once every rank called it, within `limit` (not the world's
+  /// timeout: ranks reach it after work of their own, like compiling, whose
+  /// length differs between ranks); `what` names the meeting in an error.
+  absl::Status barrier(absl::Duration limit, const char *what);
   /// Every rank's `text` on rank 0 (by rank); other ranks get an empty list.
   absl::StatusOr<std::vector<std::string>>
   gatherToRoot(const std::string &text);
