@@ -68,6 +68,9 @@ OUTLINE = {"calls": False}
 # from above with tensor.extract at clamped indices (an embedding lookup,
 # jnp.take): the table must be whole wherever the op runs.
 GATHERS = {"on": False}
+# With --exchanges, moves include transposes of a sharding over every axis
+# of a mesh (docs/planner.md, "Exchanges of whole tiles").
+EXCHANGES = {"on": False}
 # --inexact-sums: float sums (matmuls, reductions) of values that are not
 # exact, which a sharded run adds in another order: polymesh-run --verify
 # checks each within its bound where it is made and continues from it
@@ -770,11 +773,13 @@ class Gen:
         return self.add(Op("splat", [], shape=t.shape, dtype=t.dtype,
                            salt=rng.randrange(1000), uniform=rng.random() < 0.4))
 
-    def insert_arg(self, t):
-        """Adds an argument late: shifts every op id by one."""
+    def insert_arg(self, t, sh=None):
+        """Adds an argument late (sharded by `sh`, else at random): shifts
+        every op id by one."""
         na = len(self.f.args)
-        sh = gen_sharding(self.rng, self.meshes, t.shape,
-                          allow_unreduced=self.rng.random() < 0.1) if self.rng.random() < 0.8 else None
+        if sh is None:
+            sh = gen_sharding(self.rng, self.meshes, t.shape,
+                              allow_unreduced=self.rng.random() < 0.1) if self.rng.random() < 0.8 else None
         self.f.args.append((Value(t.shape, t.dtype), sh))
 
         def shift(i):
@@ -789,8 +794,50 @@ class Gen:
         self.exact.insert(na, True)
         return na
 
+    def step_exchange(self):
+        """A new argument split over every axis of a mesh along some
+        dimensions, resharded over every axis of that mesh, or of another on
+        the same devices, along the other dimensions: an all-to-all of whole
+        tiles. Extents are multiples of the shard counts, or a little off
+        (uneven tiles, some empty: then no exchange)."""
+        rng = self.rng
+        meshes = [m for m in self.meshes.values() if m.axes and m.size() > 1]
+        if not meshes:
+            return None
+        src_mesh = rng.choice(meshes)
+        devices = sorted(src_mesh.devices())
+        same = [m for m in meshes if sorted(m.devices()) == devices]
+        dst_mesh = rng.choice(same)
+        rank = rng.choice([2, 2, 3, 4])
+        dims = list(range(rank))
+        rng.shuffle(dims)
+        cut = rng.randint(1, rank - 1)
+        splits = [1] * rank
+
+        def place(mesh, allowed):
+            out = [[] for _ in range(rank)]
+            for a, n in rng.sample(mesh.axes, len(mesh.axes)):
+                d = rng.choice(allowed)
+                out[d].append((a, None, n))
+                splits[d] *= n
+            return out
+        src_dims = place(src_mesh, dims[:cut])
+        dst_dims = place(dst_mesh, dims[cut:])
+        shape = []
+        for d in range(rank):
+            extent = splits[d] * rng.randint(1, 2)
+            if rng.random() < 0.15:
+                extent = max(1, extent + rng.randint(-splits[d] + 1, splits[d] - 1))
+            shape.append(extent)
+        v = self.insert_arg(Value(tuple(shape), rng.choice(DTYPES)),
+                            Sharding(src_mesh.name, src_dims))
+        return self.add(Op("reshard", [v], sharding=Sharding(dst_mesh.name, dst_dims)))
+
     def step_move(self):
         rng = self.rng
+        if EXCHANGES["on"] and rng.random() < 0.3:
+            if self.step_exchange() is not None:
+                return
         v = self.pick()
         t = self.types[v]
         sh = gen_sharding(rng, self.meshes, t.shape)
@@ -1546,6 +1593,9 @@ def main():
                    help="outline about a third of the computing ops into private helpers called by func.call")
     p.add_argument("--gathers", action="store_true",
                    help="also generate gathers: linalg bodies reading a table from above at clamped indices")
+    p.add_argument("--exchanges", action="store_true",
+                   help="also generate transposes of a sharding over every axis of a mesh "
+                   "(all-to-alls of whole tiles)")
     p.add_argument("--inexact-sums", action="store_true",
                    help="also sum floats that are not exact (checked lock-step by polymesh-run --verify)")
     args = p.parse_args()
@@ -1555,6 +1605,7 @@ def main():
     AVOID.update(set(KNOWN) if args.avoid_known else set(args.avoid or []))
     OUTLINE["calls"] = args.calls
     GATHERS["on"] = args.gathers
+    EXCHANGES["on"] = args.exchanges
     INEXACT["on"] = args.inexact_sums
     global MAX_DEVICES
     if args.max_devices < 8:

@@ -4,12 +4,19 @@ reshards on a 3D-parallel mesh ["dp"=D, "fsdp"=16, "tp"=16] of 256*D devices.
 
   gen_pod_program.py DEVICES [--only=NAME] > pod.mlir
   gen_pod_program.py DEVICES --data-parallel > sums.mlir
+  gen_pod_program.py DEVICES --transpose > transpose.mlir
 
 With --data-parallel, two reductions over a flat mesh ["x"=DEVICES]
 instead, the gradient sums of data parallelism: each device holds partial
 sums of a DEVICES x 64 f32 tensor,
   @grad_sum       unreduced={"x"} -> replicated      (one all-reduce)
   @grad_scatter   unreduced={"x"} -> rows over "x"   (one reduce-scatter)
+
+With --transpose, the all-to-alls of sequence (Ulysses) parallelism over
+a flat mesh ["x"=DEVICES]: activations of 4*DEVICES x 4*DEVICES f32 (16
+elements a device per peer: the chunks stay small at 65,536 devices)
+  @seq_to_heads   rows over "x" -> columns over "x"
+  @heads_to_seq   columns over "x" -> rows over "x"
 
 The four functions (each one reshard, so that a run can time them alone):
   @fsdp_to_tp     [{"dp","fsdp"},{"tp"}] -> [{"dp"},{"fsdp","tp"}]
@@ -29,10 +36,13 @@ def main():
                         help="256 times a power of two")
     parser.add_argument("--only", choices=FUNCTIONS)
     parser.add_argument("--data-parallel", action="store_true")
+    parser.add_argument("--transpose", action="store_true")
     args = parser.parse_args()
     n = args.devices
     if args.data_parallel:
         return data_parallel(n)
+    if args.transpose:
+        return transpose(n)
     dp = n // 256
     if n % 256 or dp & (dp - 1):
         sys.exit("error: DEVICES must be 256 times a power of two")
@@ -78,6 +88,18 @@ def data_parallel(n):
             f"  %0 = polymesh.reshard %g <@data, {dst}> : {t}\n"
             f"  return %0 : {t}\n}}\n")
 
+
+
+def transpose(n):
+    t = f"tensor<{4 * n}x{4 * n}xf32>"
+    out = sys.stdout.write
+    out(f'polymesh.mesh @seq = <["x"={n}]>\n')
+    for name, src, dst in (("seq_to_heads", '[{"x"}, {}]', '[{}, {"x"}]'),
+                           ("heads_to_seq", '[{}, {"x"}]', '[{"x"}, {}]')):
+        out(f"\nfunc.func @{name}(%a: {t} {{polymesh.sharding = "
+            f"#polymesh.sharding<@seq, {src}>}}) -> {t} {{\n"
+            f"  %0 = polymesh.reshard %a <@seq, {dst}> : {t}\n"
+            f"  return %0 : {t}\n}}\n")
 
 if __name__ == "__main__":
     main()

@@ -26,15 +26,19 @@
 # before they existed; docs/planner.md, "Batched plans").
 #
 # With REDUCTION_PIECES=0, reductions are written out as every transfer
-# instead of their pieces (reduction-pieces=false; docs/planner.md).
+# instead of their pieces (reduction-pieces=false; docs/planner.md); with
+# EXCHANGE_TILES=0, exchanges of whole tiles likewise (exchange-tiles=false).
 #
 # With PROGRAM=data-parallel, the program is gen_pod_program.py's
 # --data-parallel one instead: an all-reduce and a reduce-scatter over a
 # flat mesh of N devices (any N); planning time is per reshard all the same.
+# With PROGRAM=transpose, its --transpose one: the all-to-alls of sequence
+# parallelism over a flat mesh of N devices, rows to columns and back.
 #
 # Environment: REPS=5, TIMEOUT=300, LIMIT_MIB=16384, BUILD_DIR=build,
 # POLYMESH_OPT, KEEP_DIR (keep the programs and outputs there),
-# PROCESS_DEVICES, BATCH_MIN_DEVICES, REDUCTION_PIECES, PROGRAM.
+# PROCESS_DEVICES, BATCH_MIN_DEVICES, REDUCTION_PIECES, EXCHANGE_TILES,
+# PROGRAM.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -55,6 +59,10 @@ plan_options=""
 if [ -n "${BATCH_MIN_DEVICES:-}" ]; then
   plan_options="batch-min-devices=$BATCH_MIN_DEVICES"
   own="$own batch-min-devices=$BATCH_MIN_DEVICES"
+fi
+if [ "${EXCHANGE_TILES:-1}" = 0 ]; then
+  plan_options="${plan_options:+$plan_options }exchange-tiles=false"
+  own="$own exchange-tiles=false"
 fi
 if [ "${REDUCTION_PIECES:-1}" = 0 ]; then
   plan_options="${plan_options:+$plan_options }reduction-pieces=false"
@@ -111,6 +119,8 @@ for n in "${ns[@]}"; do
   program=$work/pod-$n.mlir
   if [ "${PROGRAM:-pod}" = data-parallel ]; then
     "$python" "$here/gen_pod_program.py" "$n" --data-parallel > "$program"
+  elif [ "${PROGRAM:-pod}" = transpose ]; then
+    "$python" "$here/gen_pod_program.py" "$n" --transpose > "$program"
   else
     "$python" "$here/gen_pod_program.py" "$n" > "$program"
   fi

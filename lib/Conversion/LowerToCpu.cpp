@@ -330,6 +330,11 @@ void CpuExchangeEmitter::emitCollective(planner::SegmentMethod method,
              {runtime, device, group, numMembers, e.pointer(send),
               e.pointer(recv), count, dtype, sum});
       break;
+    case planner::SegmentMethod::AllToAll:
+      e.call(declare(RuntimeFunction::AllToAll),
+             {runtime, device, group, numMembers, e.pointer(send),
+              e.pointer(recv), bytes});
+      break;
     default:
       e.call(declare(RuntimeFunction::ReduceScatter),
              {runtime, device, group, numMembers, e.pointer(send),
@@ -479,7 +484,8 @@ LogicalResult convertExchangesToCpu(ModuleOp module, Transport transport,
           RuntimeFunction::GroupEnd, RuntimeFunction::Send,
           RuntimeFunction::Recv, RuntimeFunction::MpiRoute,
           RuntimeFunction::Broadcast, RuntimeFunction::AllGather,
-          RuntimeFunction::AllReduce, RuntimeFunction::ReduceScatter})
+          RuntimeFunction::AllReduce, RuntimeFunction::ReduceScatter,
+          RuntimeFunction::AllToAll})
       getOrDeclare(module, function);
   MLIRContext *context = module.getContext();
   ConversionTarget target(*context);

@@ -404,6 +404,8 @@ private:
   void emitSendRecv(Value rangeRow) final;
   void emitCollective(planner::SegmentMethod method, Value rangeRow) final;
   void emitBroadcast(Value rangeRow);
+  void emitAllToAll(Value send, Value recv, Value bytes, Value numMembers,
+                    Value comm);
 
   CudaLowering &lowering;
   const HostFrame &frame;
@@ -496,6 +498,28 @@ void CudaExchangeEmitter::emitSendRecv(Value rangeRow) {
   });
 }
 
+/// NCCL's all-to-all as its documented composition, one send and one
+/// receive per rank (the caller's own chunk too) inside one group: it runs
+/// on every NCCL that has send/recv, not only on those with ncclAlltoAll.
+void CudaExchangeEmitter::emitAllToAll(Value send, Value recv, Value bytes,
+                                       Value numMembers, Value comm) {
+  Value type = uint8();
+  call(RuntimeFunction::NcclGroupStart, {});
+  e.loop(e.index(0), e.toIndex(numMembers), [&](Value peer) {
+    Value offset = e.mul(e.toI64(peer), bytes);
+    Value rank = arith::IndexCastOp::create(b, loc, b.getI32Type(), peer);
+    callNccl(
+        RuntimeFunction::NcclSend,
+        {e.pointer(e.add(send, offset)), bytes, type, rank, comm, frame.stream},
+        comm);
+    callNccl(
+        RuntimeFunction::NcclRecv,
+        {e.pointer(e.add(recv, offset)), bytes, type, rank, comm, frame.stream},
+        comm);
+  });
+  callNccl(RuntimeFunction::NcclGroupEnd, {}, comm);
+}
+
 void CudaExchangeEmitter::emitBroadcast(Value rangeRow) {
   auto [group, numMembers, rank] = callerGroup(rangeRow, frame.device);
   Value type = uint8();
@@ -542,6 +566,9 @@ void CudaExchangeEmitter::emitCollective(planner::SegmentMethod method,
     case planner::SegmentMethod::AllReduce:
       callNccl(RuntimeFunction::NcclAllReduce,
                {from, to, count, dtype, sum, comm, stream}, comm);
+      break;
+    case planner::SegmentMethod::AllToAll:
+      emitAllToAll(send, recv, bytes, numMembers, comm);
       break;
     default:
       callNccl(RuntimeFunction::NcclReduceScatter,

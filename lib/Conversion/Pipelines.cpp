@@ -36,6 +36,11 @@ struct PipelineOptions : public PassPipelineOptions<PipelineOptions> {
       llvm::cl::desc("Write reductions as their pieces where those determine "
                      "their transfers (false: every transfer)"),
       llvm::cl::init(true)};
+  Option<bool> exchangeTiles{
+      *this, "exchange-tiles",
+      llvm::cl::desc("Plan all-to-alls of whole tiles as one symbolic step "
+                     "(false: every transfer)"),
+      llvm::cl::init(true)};
   Option<bool> directCollectives{
       *this, "direct-collectives",
       llvm::cl::desc("Let collectives go straight from source to destination "
@@ -90,6 +95,7 @@ void polymesh::registerPolymeshPipelines() {
         plan.memoryLimitBytes = options.memoryLimitBytes;
         plan.batchMinDevices = options.batchMinDevices;
         plan.reductionPieces = options.reductionPieces;
+        plan.exchangeTiles = options.exchangeTiles;
         pm.addPass(createPolymeshPlan(plan));
         PolymeshPartitionOptions partition;
         partition.devices.assign(options.devices.begin(),

@@ -36,6 +36,7 @@ enum class RuntimeFunction {
   AllGather,
   AllReduce,
   ReduceScatter,
+  AllToAll,
   // PolymeshCudaRuntime.h.
   CudaStream,
   NcclComm,

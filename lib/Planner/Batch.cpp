@@ -507,10 +507,7 @@ public:
     for (int64_t &id : moved.dstDevices)
       id = device(id);
     std::sort(moved.dstDevices.begin(), moved.dstDevices.end());
-    for (size_t d = 0; d < shift.box.size(); ++d) {
-      moved.box.lo[d] += shift.box[d];
-      moved.box.hi[d] += shift.box[d];
-    }
+    moveBox(moved.box);
     return moved;
   }
   ReductionPieces pieces(const ReductionPieces &cell) const {
@@ -518,14 +515,39 @@ public:
     for (int64_t &id : moved.owners)
       id = device(id);
     for (Box &box : moved.pieces)
-      for (size_t d = 0; d < shift.box.size(); ++d) {
-        box.lo[d] += shift.box[d];
-        box.hi[d] += shift.box[d];
-      }
+      moveBox(box);
     return moved;
+  }
+  /// Cell 0's exchange step moved: its members' tiles in the order of the
+  /// moved members, sorted as Step::devices are.
+  void exchange(const Step &cell, Step &moved) const {
+    std::vector<size_t> order(cell.devices.size());
+    std::vector<int64_t> members;
+    for (int64_t id : cell.devices)
+      members.push_back(device(id));
+    for (size_t i = 0; i < order.size(); ++i)
+      order[i] = i;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return members[a] < members[b]; });
+    moved.devices.clear();
+    moved.exchange.emplace();
+    for (size_t i : order) {
+      moved.devices.push_back(members[i]);
+      moved.exchange->sources.push_back(cell.exchange->sources[i]);
+      moved.exchange->destinations.push_back(cell.exchange->destinations[i]);
+      moveBox(moved.exchange->sources.back());
+      moveBox(moved.exchange->destinations.back());
+    }
   }
 
 private:
+  void moveBox(Box &box) const {
+    for (size_t d = 0; d < shift.box.size(); ++d) {
+      box.lo[d] += shift.box[d];
+      box.hi[d] += shift.box[d];
+    }
+  }
+
   const ReshardBatch &batch;
   const TensorLayout &source, &destination;
   CellZero cellZero;
@@ -597,7 +619,10 @@ expandBatchedPlan(const TransferPlan &cellPlan, const ReshardBatch &batch,
       // A reduction never merges cells: its pieces move with its cell.
       if (cellStep.pieces)
         step.pieces = mover.pieces(*cellStep.pieces);
-      if (!merged)
+      // Nor does an exchange, whose tiles follow its members' order.
+      if (cellStep.exchange)
+        mover.exchange(cellStep, step);
+      else if (!merged)
         std::sort(step.devices.begin(), step.devices.end());
     }
     if (merged) {

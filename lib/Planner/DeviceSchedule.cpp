@@ -74,17 +74,25 @@ Placement inStaging(int64_t offset, const Box &box, int64_t elementBytes) {
   return placement;
 }
 
-/// A row copying `box` from `from` to `to`, with dimensions merged wherever
-/// both sides are contiguous across them.
+/// A loop around a box copy: `count` copies, each `src` and `dst` bytes
+/// after the last.
+struct CopyLoop {
+  int64_t count, src, dst;
+};
+
+/// A row copying `box` from `from` to `to` (`loop`: that many times, each
+/// moved by its strides), with dimensions merged wherever both sides are
+/// contiguous across them.
 CopyRow makeRow(CopyKind kind, const Placement &from, const Placement &to,
-                const Box &box, int64_t elementBytes, int outerDims) {
-  struct Dim {
-    int64_t count, src, dst;
-  };
+                const Box &box, int64_t elementBytes, int outerDims,
+                std::optional<CopyLoop> loop = std::nullopt) {
+  using Dim = CopyLoop;
   std::vector<Dim> dims;
+  if (loop)
+    dims.push_back(*loop);
   for (size_t d = 0; d < box.lo.size(); ++d)
     dims.push_back({box.hi[d] - box.lo[d], from.strides[d], to.strides[d]});
-  if (dims.empty())
+  if (dims.empty() || (loop && dims.size() == 1))
     dims.push_back({1, elementBytes, elementBytes});
   // Merge an outer dimension into the next inner one when both buffers are
   // contiguous across the pair.
@@ -617,6 +625,8 @@ std::optional<Piece> matchReduceScatter(const Step &step, size_t s, int phase,
 /// reduce-scatter when every member owns one piece of one size.
 std::optional<Piece> matchSymbolicReduction(const Step &step, size_t s,
                                             const TileSet &tiles) {
+  if (!step.pieces)
+    return std::nullopt;
   const ReductionPieces &pieces = *step.pieces;
   const std::vector<int64_t> &members = step.devices;
   if (!validMembers(members) || pieces.owners.size() != pieces.pieces.size() ||
@@ -643,6 +653,158 @@ std::optional<Piece> matchSymbolicReduction(const Step &step, size_t s,
   for (std::optional<Box> &piece : byOwner)
     byRank.push_back(std::move(*piece));
   return reduceScatterOf(members, byRank, s, /*phase=*/0, tiles);
+}
+
+/// Where the chunks of a member's all-to-all lie in one of its tiles: the
+/// chunk of rank k at `first + k * step`, all of `box`'s shape.
+struct ChunkRun {
+  Box box;
+  int64_t first = 0, step = 0;
+};
+
+/// The chunks of an exchange of whole tiles in the tiles of kind `kind`
+/// (Source: what a member sends, cut by the others' destination tiles;
+/// Destination: what it receives, cut by the others' source tiles), when
+/// they are the same for every member and evenly spaced. Every member's
+/// `kind` tile then has one shape and strides, and along each dimension
+/// either all of them have one range (the others' tiles cut it: the chunk
+/// follows the other tile) or all the others' tiles have one range that
+/// encloses theirs (the chunk is the member's whole range). O(members).
+std::optional<ChunkRun> exchangeChunks(const std::vector<size_t> &positions,
+                                       const std::vector<Box> &own,
+                                       const std::vector<Box> &others,
+                                       BufferKind kind, const TileSet &tiles) {
+  const Tile &first = tiles.of(kind, positions.front());
+  size_t rank = first.box.lo.size();
+  auto sameRange = [](const std::vector<Box> &boxes, size_t d) {
+    return std::all_of(boxes.begin(), boxes.end(), [&](const Box &box) {
+      return box.lo[d] == boxes.front().lo[d] &&
+             box.hi[d] == boxes.front().hi[d];
+    });
+  };
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const Tile &tile = tiles.of(kind, positions[i]);
+    if (!tile.present || tile.box != own[i] || tile.strides != first.strides)
+      return std::nullopt;
+    for (size_t d = 0; d < rank; ++d)
+      if (tile.box.hi[d] - tile.box.lo[d] != first.box.hi[d] - first.box.lo[d])
+        return std::nullopt;
+  }
+  // Per dimension: whether the chunk follows the other member's tile.
+  std::vector<bool> cut(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    if (sameRange(own, d)) {
+      cut[d] = true;
+      for (const Box &other : others)
+        if (other.lo[d] < own.front().lo[d] || other.hi[d] > own.front().hi[d])
+          return std::nullopt;
+    } else if (sameRange(others, d)) {
+      for (const Box &mine : own)
+        if (mine.lo[d] < others.front().lo[d] ||
+            mine.hi[d] > others.front().hi[d])
+          return std::nullopt;
+    } else {
+      return std::nullopt;
+    }
+  }
+  auto chunkOf = [&](size_t k) {
+    Box chunk = first.box;
+    for (size_t d = 0; d < rank; ++d)
+      if (cut[d]) {
+        chunk.lo[d] = others[k].lo[d];
+        chunk.hi[d] = others[k].hi[d];
+      }
+    return chunk;
+  };
+  ChunkRun run;
+  run.box = chunkOf(0);
+  run.first = inTile(BufferSpace::Source, first, run.box).offset;
+  for (size_t k = 1; k < others.size(); ++k) {
+    Box chunk = chunkOf(k);
+    for (size_t d = 0; d < rank; ++d)
+      if (chunk.hi[d] - chunk.lo[d] != run.box.hi[d] - run.box.lo[d])
+        return std::nullopt;
+    int64_t at = inTile(BufferSpace::Source, first, chunk).offset;
+    if (k == 1)
+      run.step = at - run.first;
+    if (at != run.first + static_cast<int64_t>(k) * run.step)
+      return std::nullopt;
+  }
+  return run;
+}
+
+/// A symbolic all-to-all (Step::exchange) as one all-to-all call per
+/// member whose rows are the same on every member, so that its size does
+/// not grow with members x peers: a looped copy packs the chunks for ranks
+/// 0..n-1 (the caller's own included) into staging, unless they are the
+/// source tile in order; the call; a looped copy unpacks the chunks from
+/// ranks 0..n-1 into the destination tile, unless they are that tile in
+/// order and collectives may write it directly. Nullopt when the chunks
+/// are not evenly spaced in the tiles or not all of one size.
+std::optional<Piece> matchExchange(const Step &step, size_t s,
+                                   const TileSet &tiles) {
+  const std::vector<int64_t> &members = step.devices;
+  const ExchangeTiles &exchange = *step.exchange;
+  size_t n = members.size();
+  if (!validMembers(members) || exchange.sources.size() != n ||
+      exchange.destinations.size() != n)
+    return std::nullopt;
+  std::vector<size_t> positions;
+  for (int64_t member : members) {
+    std::optional<size_t> p = tiles.position(member);
+    if (!p)
+      return std::nullopt;
+    positions.push_back(*p);
+  }
+  size_t rank = exchange.sources.front().lo.size();
+  // The peer loop needs a loop of its own around the chunk's.
+  if (tiles.outerDims < static_cast<int>(rank))
+    return std::nullopt;
+  std::optional<ChunkRun> sent =
+      exchangeChunks(positions, exchange.sources, exchange.destinations,
+                     BufferKind::Source, tiles);
+  std::optional<ChunkRun> received =
+      exchangeChunks(positions, exchange.destinations, exchange.sources,
+                     BufferKind::Destination, tiles);
+  if (!sent || !received || sent->box.numElements() == 0 ||
+      sent->box.numElements() != received->box.numElements())
+    return std::nullopt;
+  int64_t chunk = sent->box.numElements() * tiles.eb;
+  int64_t all = static_cast<int64_t>(n) * chunk;
+  const Tile &source = tiles.source[positions.front()];
+  const Tile &destination = tiles.destination[positions.front()];
+  CopyRow pack = makeRow(
+      CopyKind::Copy,
+      Placement{BufferSpace::Source, sent->first, source.strides},
+      inStaging(0, sent->box, tiles.eb), sent->box, tiles.eb, tiles.outerDims,
+      CopyLoop{static_cast<int64_t>(n), sent->step, chunk});
+  bool packs = !(pack.srcOffset == 0 && pack.runBytes == all &&
+                 source.box.numElements() * tiles.eb == all);
+  int64_t recvAt = packs ? all : 0;
+  CopyRow unpack = makeRow(
+      CopyKind::Copy, inStaging(recvAt, received->box, tiles.eb),
+      Placement{BufferSpace::Destination, received->first, destination.strides},
+      received->box, tiles.eb, tiles.outerDims,
+      CopyLoop{static_cast<int64_t>(n), chunk, received->step});
+  bool unpacks =
+      !(tiles.direct && unpack.dstOffset == 0 && unpack.runBytes == all &&
+        destination.box.numElements() * tiles.eb == all);
+
+  Piece piece = collectivePiece(SegmentMethod::AllToAll, s, 0, members);
+  for (size_t i = 0; i < n; ++i) {
+    DeviceSegment &rows = piece.rows[positions[i]];
+    CommRow call{CommKind::AllToAll, members[i], 0, chunk};
+    call.space = packs ? BufferSpace::Staging : BufferSpace::Source;
+    call.result = unpacks ? BufferPlace{BufferSpace::Staging, recvAt}
+                          : BufferPlace{BufferSpace::Destination, 0};
+    rows.comm.push_back(call);
+    if (packs)
+      rows.before.push_back(pack);
+    if (unpacks)
+      rows.after.push_back(unpack);
+    rows.stagingBytes = (packs ? all : 0) + (unpacks ? all : 0);
+  }
+  return piece;
 }
 
 } // namespace
@@ -1136,6 +1298,7 @@ public:
 
   absl::Status run() {
     matchGathers();
+    matchExchanges();
     for (size_t s = 0; s < plan.steps.size(); ++s)
       if (absl::Status status = scheduleStep(s); !status.ok())
         return status;
@@ -1155,6 +1318,7 @@ private:
   void fuseResultCopy(const std::vector<int64_t> &members, size_t p,
                       DeviceSegment &rows, size_t s);
   void matchGathers();
+  void matchExchanges();
   void takeOwnCopy(size_t p, size_t s, const Transfer &sent);
   /// The transfers of local-copy step t from each device.
   const std::unordered_map<int64_t, std::vector<size_t>> &copiesIn(size_t t);
@@ -1170,7 +1334,35 @@ private:
   std::map<size_t, std::set<size_t>> taken;
   /// The all-gather step phases that run as one, by step phase.
   std::map<std::pair<size_t, int>, Piece> gathers;
+  /// The exchange steps that run as one all-to-all, by step.
+  std::map<size_t, Piece> exchanges;
 };
+
+/// Matches every exchange step before scheduling any: its all-to-all also
+/// writes each member's own chunk to its destination (the member's part of
+/// the all-to-all is its whole source tile), so the local copy of that box,
+/// in the step before it, goes.
+void StepScheduler::matchExchanges() {
+  if (!options.collectives)
+    return;
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const Step &step = plan.steps[s];
+    if (!step.exchange)
+      continue;
+    std::optional<Piece> piece = matchExchange(step, s, tiles);
+    if (!piece)
+      continue;
+    for (size_t i = 0; i < step.devices.size(); ++i) {
+      Transfer own{
+          step.devices[i],
+          {step.devices[i]},
+          step.exchange->sources[i].intersect(step.exchange->destinations[i])};
+      if (!own.box.empty())
+        takeOwnCopy(*tiles.position(own.srcDevice), s, own);
+    }
+    exchanges.emplace(s, std::move(*piece));
+  }
+}
 
 /// Matches every all-gather step phase before scheduling any step: one that
 /// goes straight between tiles also writes each member's own box to its
@@ -1279,9 +1471,14 @@ void StepScheduler::fuseResultCopy(const std::vector<int64_t> &members,
 }
 
 absl::Status StepScheduler::scheduleStep(size_t s) {
+  if (auto exchange = exchanges.find(s); exchange != exchanges.end()) {
+    builder.add(std::move(exchange->second));
+    return absl::OkStatus();
+  }
   bool sums = options.collectives && options.reductions;
   // A symbolic reduction is one collective, or its transfers where it
-  // cannot be (sums the runtime does not add, overlapping pieces).
+  // cannot be (sums the runtime does not add, overlapping pieces); so is an
+  // exchange that matchExchanges did not take.
   std::optional<Step> rewritten;
   if (plan.steps[s].isSymbolic()) {
     if (sums)
@@ -1347,6 +1544,8 @@ const char *polymesh::planner::segmentMethodName(SegmentMethod method) {
     return "all_reduce";
   case SegmentMethod::ReduceScatter:
     return "reduce_scatter";
+  case SegmentMethod::AllToAll:
+    return "all_to_all";
   }
   return "unknown";
 }
@@ -1359,7 +1558,11 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
   schedule.devices = devices;
   schedule.elementBytes = plan.elementBytes;
   int rank = static_cast<int>(source.shape().size());
-  schedule.outerDims = std::max(rank - 1, 0);
+  bool exchanges =
+      options.collectives &&
+      std::any_of(plan.steps.begin(), plan.steps.end(),
+                  [](const Step &step) { return step.exchange.has_value(); });
+  schedule.outerDims = exchanges ? rank : std::max(rank - 1, 0);
   size_t numDevices = devices.size();
   if (!options.keepRows.empty() && options.keepRows.size() != numDevices)
     return absl::InvalidArgumentError(

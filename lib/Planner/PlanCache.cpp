@@ -63,7 +63,8 @@ std::string PlanCache::key(const TensorLayout &source,
     absl::StrAppend(&key, ",", extent);
   absl::StrAppend(&key, "|eb=", elementBytes,
                   "|limit=", options.memoryLimitBytes,
-                  "|symbolic=", options.symbolicReductions ? 1 : 0);
+                  "|symbolic=", options.symbolicReductions ? 1 : 0,
+                  options.symbolicExchanges ? 1 : 0);
   return key;
 }
 

@@ -1420,6 +1420,76 @@ Step localStep(StepKind kind, std::vector<Transfer> transfers, int64_t chunk) {
   return step;
 }
 
+/// Whether the reshard is an all-to-all of whole tiles: both layouts on one
+/// set of devices, no partial sums, each layout's tiles distinct (every
+/// mesh axis splits a dimension) and none empty, and no dimension split by
+/// both. Then every source tile meets every destination tile, so the
+/// explicit plan would be each device's local part plus n(n-1) transfers
+/// of one all-to-all step, which the symbolic step states in O(n).
+bool exchangesWholeTiles(const TensorLayout &source,
+                         const TensorLayout &destination,
+                         const DeviceIndex &index) {
+  int64_t n = source.numDevices();
+  if (n < 2 || destination.numDevices() != n || index.size() != n ||
+      !source.sharding().unreduced.empty() ||
+      !destination.sharding().unreduced.empty())
+    return false;
+  int64_t sourceTiles = 1, destinationTiles = 1;
+  for (size_t d = 0; d < source.shape().size(); ++d) {
+    int64_t extent = source.shape()[d];
+    int64_t splitBySource = source.numShards(d);
+    int64_t splitByDestination = destination.numShards(d);
+    // Tiles split along the same dimension meet only their neighbours.
+    if (splitBySource > 1 && splitByDestination > 1)
+      return false;
+    // The last of uneven tiles may be empty: then some pair has nothing
+    // to exchange.
+    if ((splitBySource - 1) * source.tileExtent(d) >= extent ||
+        (splitByDestination - 1) * destination.tileExtent(d) >= extent)
+      return false;
+    sourceTiles *= splitBySource;
+    destinationTiles *= splitByDestination;
+  }
+  return sourceTiles == n && destinationTiles == n;
+}
+
+/// The plan of a reshard that exchangesWholeTiles: the local parts, then
+/// one symbolic all-to-all over every device.
+void planExchange(TransferPlan &plan, const TensorLayout &source,
+                  const TensorLayout &destination, const DeviceIndex &index) {
+  Step exchange{StepKind::AllToAll, /*chunk=*/0, {}, {}};
+  exchange.exchange.emplace();
+  std::vector<Transfer> localCopies;
+  int64_t missing = 0;
+  // Positions by dense id: Mesh::positionOf searches explicit ids.
+  std::vector<int64_t> sourceAt(index.size()), destinationAt(index.size());
+  for (int64_t p = 0, e = source.numDevices(); p < e; ++p) {
+    sourceAt[index.at(source.mesh().deviceAt(p))] = p;
+    destinationAt[index.at(destination.mesh().deviceAt(p))] = p;
+  }
+  for (int32_t i = 0; i < index.size(); ++i) {
+    int64_t id = index.idAt(i);
+    Box held = source.boxAtPosition(sourceAt[i]);
+    Box needed = destination.boxAtPosition(destinationAt[i]);
+    Box kept = held.intersect(needed);
+    missing += needed.numElements() - kept.numElements();
+    if (!kept.empty()) {
+      int64_t bytes = kept.numElements() * plan.elementBytes;
+      localCopies.push_back({id, {id}, std::move(kept), bytes});
+    }
+    exchange.devices.push_back(id);
+    exchange.exchange->sources.push_back(std::move(held));
+    exchange.exchange->destinations.push_back(std::move(needed));
+  }
+  plan.reshardLowerBoundBytes = missing * plan.elementBytes;
+  plan.lowerBoundBytes = plan.reshardLowerBoundBytes;
+  if (!localCopies.empty())
+    plan.steps.push_back(
+        localStep(StepKind::LocalCopy, std::move(localCopies), /*chunk=*/0));
+  plan.steps.push_back(std::move(exchange));
+  recomputePlanStats(plan);
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -1487,6 +1557,13 @@ absl::StatusOr<TransferPlan> planReshard(const TensorLayout &source,
       source.isDeviceEquivalent(destination)) {
     plan.identity = true;
     recomputePlanStats(plan);
+    return plan;
+  }
+
+  // The chunker splits transfers: under a memory limit they are explicit.
+  if (options.symbolicExchanges && options.memoryLimitBytes == 0 &&
+      exchangesWholeTiles(source, destination, index)) {
+    planExchange(plan, source, destination, index);
     return plan;
   }
 

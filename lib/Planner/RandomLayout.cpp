@@ -146,6 +146,27 @@ Sharding randomSharding(SplitMix64 &rng, const Mesh &mesh, size_t rank,
   return sharding;
 }
 
+namespace {
+/// The case of layouts the generators built. They build only valid ones; a
+/// failure is a bug in them or in the layout math, and no caller could make
+/// sense of the case.
+ReshardCase validCase(const char *generator, const Mesh &source,
+                      const Sharding &sourceSharding, const Mesh &destination,
+                      const Sharding &destinationSharding,
+                      const std::vector<int64_t> &shape, int64_t elementBytes) {
+  absl::StatusOr<TensorLayout> src =
+      TensorLayout::create(source, sourceSharding, shape);
+  absl::StatusOr<TensorLayout> dst =
+      TensorLayout::create(destination, destinationSharding, shape);
+  if (!src.ok() || !dst.ok()) {
+    std::fprintf(stderr, "%s built an invalid layout: %s\n", generator,
+                 (src.ok() ? dst.status() : src.status()).ToString().c_str());
+    std::abort();
+  }
+  return ReshardCase{*std::move(src), *std::move(dst), elementBytes, {}};
+}
+} // namespace
+
 ReshardCase randomReshard(SplitMix64 &rng,
                           const RandomReshardOptions &options) {
   int64_t exact = options.numDevices;
@@ -218,18 +239,8 @@ ReshardCase randomReshard(SplitMix64 &rng,
   static const int64_t kElementBytes[] = {1, 2, 4, 8};
   int64_t elementBytes = kElementBytes[rng.uniform(0, 3)];
 
-  absl::StatusOr<TensorLayout> src =
-      TensorLayout::create(source, srcSharding, shape);
-  absl::StatusOr<TensorLayout> dst =
-      TensorLayout::create(destination, dstSharding, shape);
-  // The generator only builds valid layouts; a failure is a bug in it or in
-  // the layout math, and no caller could make sense of the case.
-  if (!src.ok() || !dst.ok()) {
-    std::fprintf(stderr, "randomReshard built an invalid layout: %s\n",
-                 (src.ok() ? dst.status() : src.status()).ToString().c_str());
-    std::abort();
-  }
-  ReshardCase result{*std::move(src), *std::move(dst), elementBytes, {}};
+  ReshardCase result = validCase("randomReshard", source, srcSharding,
+                                 destination, dstSharding, shape, elementBytes);
   if (rng.chance(options.memoryLimitPercent)) {
     int64_t elements = 1;
     for (int64_t extent : shape)
@@ -239,6 +250,72 @@ ReshardCase randomReshard(SplitMix64 &rng,
                        : rng.uniform(1, std::max<int64_t>(2, elements));
     result.options.memoryLimitBytes = limitElements * elementBytes;
   }
+  return result;
+}
+
+ReshardCase randomExchange(SplitMix64 &rng) {
+  std::vector<int64_t> sizes;
+  int64_t n = 1;
+  for (int64_t axes = rng.uniform(1, 3); axes > 0; --axes) {
+    sizes.push_back(rng.uniform(2, 4));
+    n *= sizes.back();
+  }
+  std::vector<int64_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  int64_t how = rng.uniform(0, 2);
+  if (how == 1)
+    for (int64_t &id : ids)
+      id += 5;
+  if (how == 2)
+    rng.shuffle(ids);
+  Mesh source;
+  for (size_t a = 0; a < sizes.size(); ++a)
+    source.axes.push_back(
+        {std::string(1, static_cast<char>('a' + a)), sizes[a]});
+  source.deviceIds = ids;
+  // The destination mesh: the same axes, or all devices on one axis.
+  Mesh destination;
+  if (rng.chance(50))
+    destination.axes = source.axes;
+  else
+    destination.axes = {{"p", n}};
+  destination.deviceIds = ids;
+  if (rng.chance(25))
+    rng.shuffle(destination.deviceIds);
+  int64_t rank = rng.uniform(2, 4);
+  // Source axes on the front dims, destination axes on the back ones;
+  // overlapping in a few cases (no exchange then).
+  bool overlap = rng.chance(10);
+  int64_t half = rank / 2;
+  std::vector<int64_t> split(rank, 1);
+  auto place = [&](const Mesh &mesh, int64_t lo, int64_t hi) {
+    Sharding sharding = Sharding::replicatedOfRank(rank);
+    std::vector<int> order(mesh.axes.size());
+    std::iota(order.begin(), order.end(), 0);
+    rng.shuffle(order);
+    for (int a : order) {
+      int64_t d = rng.uniform(lo, hi);
+      sharding.dims[d].axes.push_back(AxisRef::whole(mesh, a));
+      split[d] *= mesh.axes[a].size;
+    }
+    return sharding;
+  };
+  Sharding sourceSharding = place(source, 0, overlap ? rank - 1 : half - 1);
+  std::vector<int64_t> sourceSplit = split;
+  split.assign(rank, 1);
+  Sharding destinationSharding =
+      place(destination, overlap ? 0 : half, rank - 1);
+  std::vector<int64_t> shape(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t most = std::max(sourceSplit[d], split[d]);
+    shape[d] = most * rng.uniform(1, 3);
+    if (rng.chance(15))
+      shape[d] += rng.uniform(-most + 1, most - 1);
+  }
+  ReshardCase result = validCase("randomExchange", source, sourceSharding,
+                                 destination, destinationSharding, shape,
+                                 rng.chance(50) ? int64_t(4) : int64_t(2));
+  result.options.symbolicExchanges = true;
   return result;
 }
 

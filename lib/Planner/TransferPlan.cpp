@@ -128,7 +128,26 @@ std::optional<ReductionPieces> findReductionPieces(const Step &step,
   return found;
 }
 
+std::vector<Transfer> expandExchangeTiles(const std::vector<int64_t> &devices,
+                                          const ExchangeTiles &exchange,
+                                          int64_t elementBytes) {
+  std::vector<Transfer> transfers;
+  for (size_t i = 0; i < devices.size(); ++i)
+    for (size_t j = 0; j < devices.size(); ++j) {
+      if (i == j)
+        continue;
+      Box box = exchange.sources[i].intersect(exchange.destinations[j]);
+      if (box.empty())
+        continue;
+      int64_t bytes = box.numElements() * elementBytes;
+      transfers.push_back({devices[i], {devices[j]}, std::move(box), bytes});
+    }
+  return transfers;
+}
+
 std::vector<Transfer> stepTransfers(const Step &step, int64_t elementBytes) {
+  if (step.exchange)
+    return expandExchangeTiles(step.devices, *step.exchange, elementBytes);
   if (!step.pieces)
     return step.transfers;
   return expandReductionPieces(step.kind, step.devices, *step.pieces,
@@ -136,11 +155,11 @@ std::vector<Transfer> stepTransfers(const Step &step, int64_t elementBytes) {
 }
 
 void expandSymbolicStep(Step &step, int64_t elementBytes) {
-  if (!step.pieces)
+  if (!step.isSymbolic())
     return;
-  step.transfers = expandReductionPieces(step.kind, step.devices, *step.pieces,
-                                         elementBytes);
+  step.transfers = stepTransfers(step, elementBytes);
   step.pieces.reset();
+  step.exchange.reset();
 }
 
 bool hasSymbolicSteps(const TransferPlan &plan) {
@@ -159,6 +178,10 @@ PlanSize planSize(const TransferPlan &plan) {
     if (step.pieces) {
       size.transfers += static_cast<int64_t>(step.pieces->owners.size());
       size.receivers += static_cast<int64_t>(step.pieces->owners.size());
+    }
+    if (step.exchange) {
+      size.transfers += static_cast<int64_t>(step.devices.size());
+      size.receivers += static_cast<int64_t>(step.devices.size());
     }
     for (const Transfer &transfer : step.transfers) {
       ++size.transfers;
@@ -235,6 +258,33 @@ bool addSymbolicStats(const Step &step, TransferPlan &plan,
   return true;
 }
 
+/// What the transfers of a symbolic all-to-all add to the totals, in
+/// O(members): the members' destination tiles partition the tensor, so
+/// member i sends all of its source tile but what its own destination tile
+/// holds, and receives all of its destination tile but that.
+template <typename Stage>
+bool addExchangeStats(const Step &step, TransferPlan &plan,
+                      const DeviceIndex &index, std::vector<DeviceStats> &stats,
+                      Stage &stage) {
+  const ExchangeTiles &tiles = *step.exchange;
+  for (size_t i = 0; i < step.devices.size(); ++i) {
+    int32_t d = index.at(step.devices[i]);
+    if (d < 0)
+      return false;
+    int64_t kept =
+        tiles.sources[i].intersect(tiles.destinations[i]).numElements();
+    int64_t sent = (tiles.sources[i].numElements() - kept) * plan.elementBytes;
+    int64_t received =
+        (tiles.destinations[i].numElements() - kept) * plan.elementBytes;
+    plan.bytesMoved += sent;
+    stats[d].sendBytes += sent;
+    stats[d].recvBytes += received;
+    if (sent + received > 0)
+      stage(d, sent + received);
+  }
+  return true;
+}
+
 /// Fills the totals; false when a transfer endpoint is not in `index`.
 bool recomputeWithIndex(TransferPlan &plan, const DeviceIndex &index) {
   plan.bytesMoved = 0;
@@ -272,6 +322,11 @@ bool recomputeWithIndex(TransferPlan &plan, const DeviceIndex &index) {
     plan.numChunks = std::max(plan.numChunks, step.chunk + 1);
     if (step.pieces) {
       if (!addSymbolicStats(step, plan, index, stats, stage))
+        return false;
+      continue;
+    }
+    if (step.exchange) {
+      if (!addExchangeStats(step, plan, index, stats, stage))
         return false;
       continue;
     }
@@ -421,6 +476,11 @@ std::string formatPlan(const TransferPlan &plan) {
       for (size_t i = 0; i < step.pieces->owners.size(); ++i)
         absl::StrAppend(&out, "    piece ", describe(step.pieces->pieces[i]),
                         " summed onto ", step.pieces->owners[i], "\n");
+    if (step.exchange)
+      for (size_t i = 0; i < step.devices.size(); ++i)
+        absl::StrAppend(&out, "    ", step.devices[i], " exchanges tile ",
+                        describe(step.exchange->sources[i]), " for tile ",
+                        describe(step.exchange->destinations[i]), "\n");
     for (const Transfer &transfer : step.transfers) {
       absl::StrAppend(&out, "    ");
       if (transfer.phase != 0)

@@ -310,6 +310,10 @@ absl::Status ScheduleRun::runCollective(const Segment &segment,
       status = backend.allReduce(device, group, at, result ? result : at, count,
                                  *buffers.dtype, ReduceOp::Sum);
       break;
+    case SegmentMethod::AllToAll:
+      status =
+          backend.allToAll(device, group, at, result ? result : at, row.bytes);
+      break;
     default:
       status = backend.reduceScatter(device, group, at, result ? result : own,
                                      count, *buffers.dtype, ReduceOp::Sum);
@@ -353,20 +357,23 @@ absl::Status ScheduleRun::run() {
 //===----------------------------------------------------------------------===//
 
 absl::StatusOr<PlanExecutor>
-PlanExecutor::create(const TransferPlan &plan, const TensorLayout &source,
+PlanExecutor::create(const TransferPlan &given, const TensorLayout &source,
                      const TensorLayout &destination,
                      const ExecuteOptions &options) {
-  if (plan.shape != source.shape() || plan.shape != destination.shape())
+  if (given.shape != source.shape() || given.shape != destination.shape())
     return absl::InvalidArgumentError("plan shape does not match the layouts");
-  if (plan.elementBytes <= 0)
+  if (given.elementBytes <= 0)
     return absl::InvalidArgumentError(absl::StrCat(
-        "plan element size must be positive, got ", plan.elementBytes));
-  // The executor interprets transfers: symbolic reductions are expanded.
-  if (hasSymbolicSteps(plan)) {
-    TransferPlan expanded = plan;
-    expandSymbolicSteps(expanded);
-    return create(expanded, source, destination, options);
+        "plan element size must be positive, got ", given.elementBytes));
+  // The executor checks and counts transfers, so symbolic steps are
+  // expanded for it; the schedule runs the plan as given, as the lowerings
+  // do (a symbolic reduction or exchange is one collective there).
+  std::optional<TransferPlan> expanded;
+  if (hasSymbolicSteps(given)) {
+    expanded = given;
+    expandSymbolicSteps(*expanded);
   }
+  const TransferPlan &plan = expanded ? *expanded : given;
   auto prepared =
       std::make_shared<Prepared>(plan, source, destination, options);
 
@@ -419,7 +426,7 @@ PlanExecutor::create(const TransferPlan &plan, const TensorLayout &source,
   scheduleOptions.collectives = options.useCollectives;
   scheduleOptions.paddedTiles = true;
   absl::StatusOr<DeviceSchedule> schedule = planner::scheduleForDevices(
-      plan, source, destination, devices, scheduleOptions);
+      given, source, destination, devices, scheduleOptions);
   if (!schedule.ok())
     return absl::InternalError(schedule.status().message());
   prepared->schedule = *std::move(schedule);

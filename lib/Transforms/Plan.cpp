@@ -72,6 +72,12 @@ ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan,
     SmallVector<int64_t> owners, corners;
     // A reduction is written as its pieces where they determine its
     // transfers: n pieces for a group of n instead of about n^2 transfers.
+    if (step.exchange) {
+      steps.push_back(TransferStepAttr::get(context, toStepKind(step.kind),
+                                            step.chunk, step.devices, transfers,
+                                            owners, corners, /*tiles=*/true));
+      continue;
+    }
     std::optional<planner::ReductionPieces> pieces = step.pieces;
     if (reductionPieces && !pieces)
       pieces = planner::findReductionPieces(step, plan.elementBytes);
@@ -83,7 +89,7 @@ ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan,
       }
       steps.push_back(TransferStepAttr::get(context, toStepKind(step.kind),
                                             step.chunk, step.devices, transfers,
-                                            owners, corners));
+                                            owners, corners, /*tiles=*/false));
       continue;
     }
     transfers.reserve(step.transfers.size());
@@ -96,7 +102,7 @@ ArrayAttr toStepsAttr(MLIRContext *context, const planner::TransferPlan &plan,
           transfer.accumulate, transfer.phase));
     steps.push_back(TransferStepAttr::get(context, toStepKind(step.kind),
                                           step.chunk, step.devices, transfers,
-                                          owners, corners));
+                                          owners, corners, /*tiles=*/false));
   }
   return ArrayAttr::get(context, steps);
 }
@@ -250,6 +256,7 @@ public:
     planner::PlanOptions options;
     options.memoryLimitBytes = memoryLimitBytes;
     options.symbolicReductions = reductionPieces;
+    options.symbolicExchanges = exchangeTiles;
     std::string stats, plans;
     std::map<std::pair<int64_t, int64_t>, int64_t> traffic;
     bool failedAny = false;

@@ -63,10 +63,16 @@ func.func @stage_handoff(%x: tensor<64x48xf32> {polymesh.sharding = #polymesh.sh
 // -----
 
 // Cells whose ids are not one shift of cell 0's (a permuted mesh): every
-// device is scheduled from the expanded plan, one block per device here.
+// device is scheduled from the expanded plan. Each cell is an exchange of
+// whole tiles between its two devices, one all-to-all; where a cell's ids
+// run against its positions, its chunks lie backwards in rank order (a
+// negative stride, -12 bytes, in the looped copy). The devices' rows come
+// in 3 shapes: 3 blocks for 6 devices.
 polymesh.mesh @odd = <["r"=3, "x"=2], device_ids=[4, 1, 5, 0, 2, 3]>
-// CHECK-DAG: memref.global "private" constant @__polymesh_permuted__plan0_blocks : memref<6xi64> = dense<[0, 1, 2, 3, 4, 5]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_permuted__plan0_comms : memref<3x8xi64> = dense<{{\[}}[6, 0, 0, 48, 0, 2, 2, 96], [6, 0, 0, 48, 0, 2, 2, 96], [6, 0, 0, 48, 0, 2, 1, 0]]>
+// CHECK-DAG: memref.global "private" constant @__polymesh_permuted__plan0_copies : memref<5x12xi64> = dense<{{\[}}[0, 0, 12, 2, 0, 12, 2, 4, -12, 24, 48, 12],
 // CHECK-LABEL: func.func @permuted__part0
+// CHECK: llvm.call @polymesh_rt_all_to_all(
 func.func @permuted(%x: tensor<8x6xf32> {polymesh.sharding = #polymesh.sharding<@odd, [{"x"}, {}]>}) -> tensor<8x6xf32> {
   %0 = polymesh.reshard %x <@odd, [{}, {"x"}]> : tensor<8x6xf32>
   return %0 : tensor<8x6xf32>

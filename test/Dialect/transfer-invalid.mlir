@@ -388,3 +388,120 @@ func.func @piece_corners(%x: tensor<4xf32>) -> tensor<4xf32> {
   ] : tensor<4xf32>
   return %0 : tensor<4xf32>
 }
+
+// -----
+
+// Exchanges of whole tiles: only on an all_to_all step, alone, over every
+// device of two shardings whose tiles are each device's own, and no box
+// received besides what a device's own source tile holds.
+polymesh.mesh @m = <["a"=4]>
+
+func.func @tiles_on_a_send_recv(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{step #0 (send_recv): only all_to_all steps exchange tiles}}
+  %0 = polymesh.transfer %x <@m, [{"a"}, {}]> -> <@m, [{}, {"a"}]> steps [
+    send_recv chunk 0 devices [0, 1, 2, 3] tiles
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=4]>
+
+func.func @tiles_of_replicas(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{step #0 (all_to_all): the destination sharding places 2 distinct tiles on 4 devices; tiles are exchanged only where each device holds its own}}
+  %0 = polymesh.transfer %x <@m, [{"a"}, {}]> -> <@m, [{}, {"a":(1)2}]> steps [
+    all_to_all chunk 0 devices [0, 1, 2, 3] tiles
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=4]>
+
+func.func @tiles_of_some_devices(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{step #0 (all_to_all): exchanges the tiles of 3 devices, but the source sharding has 4}}
+  %0 = polymesh.transfer %x <@m, [{"a"}, {}]> -> <@m, [{}, {"a"}]> steps [
+    all_to_all chunk 0 devices [0, 1, 2] tiles
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=4]>
+polymesh.mesh @n = <["b"=4], device_ids=[0, 1, 2, 5]>
+
+func.func @tiles_of_other_devices(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{step #0 (all_to_all): member 3 has no destination tile}}
+  %0 = polymesh.transfer %x <@m, [{"a"}, {}]> -> <@n, [{}, {"b"}]> steps [
+    all_to_all chunk 0 devices [0, 1, 2, 3] tiles
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=4]>
+
+func.func @tiles_twice(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{step #1 (all_to_all): exchanges tiles a second time}}
+  %0 = polymesh.transfer %x <@m, [{"a"}, {}]> -> <@m, [{}, {"a"}]> steps [
+    all_to_all chunk 0 devices [0, 1, 2, 3] tiles,
+    all_to_all chunk 0 devices [0, 1, 2, 3] tiles
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=2, "b"=2]>
+
+func.func @tiles_of_partial_sums(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{step #0 (all_to_all): exchanges tiles of partial sums}}
+  %0 = polymesh.transfer %x <@m, [{"a"}, {}], unreduced={"b"}> -> <@m, [{}, {"a"}], unreduced={"b"}> steps [
+    all_to_all chunk 0 devices [0, 1, 2, 3] tiles
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=2]>
+
+func.func @tiles_and_transfers(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{step #0 (all_to_all): exchanges tiles but also lists transfers or pieces}}
+  %0 = polymesh.transfer %x <@m, [{"a"}, {}]> -> <@m, [{}, {"a"}]> steps [
+    all_to_all chunk 0 devices [0, 1] tiles {0 -> [1], [0, 4] : [4, 8]}
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+// Device 0 keeps rows [0, 4) x columns [0, 4); a copy of anything else
+// lands where the exchange writes too.
+polymesh.mesh @m = <["a"=2]>
+
+func.func @tiles_and_another_copy(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{destination device 1 receives [0, 4] : [4, 8], which the exchange of tiles brings it too}}
+  %0 = polymesh.transfer %x <@m, [{"a"}, {}]> -> <@m, [{}, {"a"}]> steps [
+    local_copy chunk 0 devices [0, 1] {0 -> [0], [0, 0] : [4, 4]} {1 -> [1], [4, 4] : [8, 8]},
+    send_recv chunk 0 devices [0, 1] {0 -> [1], [0, 4] : [4, 8]},
+    all_to_all chunk 0 devices [0, 1] tiles
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
+// -----
+
+polymesh.mesh @m = <["a"=2]>
+
+func.func @tiles_without_the_local_part(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{destination device 0 receives 0 elements but its tile holds 16}}
+  %0 = polymesh.transfer %x <@m, [{"a"}, {}]> -> <@m, [{}, {"a"}]> steps [
+    all_to_all chunk 0 devices [0, 1] tiles
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}

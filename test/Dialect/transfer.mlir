@@ -67,6 +67,21 @@ func.func @symbolic(%x: tensor<8x3xf32>, %s: tensor<f32>) -> (tensor<8x3xf32>, t
   return %0, %1, %2 : tensor<8x3xf32>, tensor<8x3xf32>, tensor<f32>
 }
 
+// An exchange of whole tiles: the members' ids stand for the n(n-1)
+// transfers between their tiles (12 here), on a mesh whose ids are not in
+// position order.
+// CHECK-LABEL: func.func @exchange
+// CHECK: local_copy chunk 0 devices [0, 2, 5, 7]
+// CHECK-NEXT: all_to_all chunk 0 devices [0, 2, 5, 7] tiles
+// CHECK-NEXT: ] : tensor<8x8xf32>
+func.func @exchange(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %0 = polymesh.transfer %x <@r4, [{"r"}, {}]> -> <@r4, [{}, {"r"}]> steps [
+    local_copy chunk 0 devices [0, 2, 5, 7] {7 -> [7], [0, 0] : [2, 2]} {2 -> [2], [2, 2] : [4, 4]} {5 -> [5], [4, 4] : [6, 6]} {0 -> [0], [6, 6] : [8, 8]},
+    all_to_all chunk 0 devices [0, 2, 5, 7] tiles
+  ] : tensor<8x8xf32>
+  return %0 : tensor<8x8xf32>
+}
+
 // A batched plan: the steps of cell 0, repeated over "a" (rows) and "b"
 // (no dimension). Cell 0 is devices 0 and 1 of @g.
 polymesh.mesh @g = <["a"=2, "b"=2, "c"=2]>

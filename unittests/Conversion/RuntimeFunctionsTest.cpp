@@ -102,6 +102,8 @@ TEST(RuntimeFunctions, MatchTheRuntimeHeaders) {
        PROTOTYPE(polymesh_rt_all_reduce)},
       {F::ReduceScatter, "polymesh_rt_reduce_scatter",
        PROTOTYPE(polymesh_rt_reduce_scatter)},
+      {F::AllToAll, "polymesh_rt_all_to_all",
+       PROTOTYPE(polymesh_rt_all_to_all)},
       {F::CudaStream, "polymesh_rt_cuda_stream",
        PROTOTYPE(polymesh_rt_cuda_stream)},
       {F::NcclComm, "polymesh_rt_nccl_comm", PROTOTYPE(polymesh_rt_nccl_comm)},

@@ -151,6 +151,10 @@ struct RunStats {
   int64_t allGatherSegments = 0;
   int64_t allReduceSegments = 0;
   int64_t reduceScatterSegments = 0;
+  int64_t allToAllSegments = 0;
+  /// All-to-all members that packed their chunks, and that unpacked them
+  /// (the others sent from or received into their tiles directly).
+  int64_t allToAllPacks = 0, allToAllUnpacks = 0;
   /// Collective rows that wrote their result out of place.
   int64_t outOfPlaceRows = 0;
 };
@@ -668,19 +672,28 @@ private:
       const CommRow &row = comm[0];
       // In place the buffer holds every member's chunk (but an
       // all-reduce's); out of place an all-gather reads one chunk and
-      // writes all, a reduce-scatter reads all and writes one.
+      // writes all, a reduce-scatter reads all and writes one, an
+      // all-to-all reads all and writes all.
       int64_t all = kind == CommKind::AllReduce ? row.bytes : n * row.bytes;
-      int64_t read =
-          !row.result || kind == CommKind::ReduceScatter ? all : row.bytes;
+      int64_t read = !row.result || kind == CommKind::ReduceScatter ||
+                             kind == CommKind::AllToAll
+                         ? all
+                         : row.bytes;
       std::vector<std::pair<BufferPlace, int64_t>> spans = {
           {BufferPlace{row.space, row.stagingOffset}, read}};
       if (row.result) {
-        if (row.result->space == row.space)
+        // An all-to-all may stage both halves, apart.
+        bool apart = kind == CommKind::AllToAll &&
+                     (row.result->offset >= row.stagingOffset + all ||
+                      row.stagingOffset >= row.result->offset + all);
+        if (row.result->space == row.space && !apart)
           return AssertionFailure() << "member " << devices_[p].id
                                     << " writes out of place in the buffer"
                                        " it reads";
-        spans.push_back(
-            {*row.result, kind == CommKind::AllGather ? all : row.bytes});
+        spans.push_back({*row.result, kind == CommKind::AllGather ||
+                                              kind == CommKind::AllToAll
+                                          ? all
+                                          : row.bytes});
       }
       for (const auto &[place, extent] : spans) {
         if (row.bytes <= 0 || place.offset < 0 ||
@@ -761,6 +774,30 @@ private:
       }
       stats_.collectiveBytes += (n - 1) * n * bytes;
       ++stats_.allGatherSegments;
+      break;
+    }
+    case CommKind::AllToAll: {
+      // Chunk j of rank i's buffer becomes chunk i of rank j's result.
+      std::vector<std::vector<uint8_t>> sent;
+      for (size_t rank = 0; rank < members.size(); ++rank) {
+        if (!packed(rank, 0, n * bytes))
+          return AssertionFailure() << "member " << members[rank]
+                                    << " sends chunks it did not pack";
+        sent.emplace_back(at(rank, 0), at(rank, 0) + n * bytes);
+        stats_.allToAllPacks += rows[rank]->space == BufferSpace::Staging;
+        stats_.allToAllUnpacks +=
+            rows[rank]->result &&
+            rows[rank]->result->space == BufferSpace::Staging;
+      }
+      for (size_t to = 0; to < members.size(); ++to) {
+        for (size_t from = 0; from < members.size(); ++from)
+          std::copy(sent[from].begin() + to * bytes,
+                    sent[from].begin() + (to + 1) * bytes,
+                    out(to, from * bytes));
+        markValid(to, 0, n * bytes);
+      }
+      stats_.collectiveBytes += (n - 1) * n * bytes;
+      ++stats_.allToAllSegments;
       break;
     }
     case CommKind::AllReduce: {
@@ -855,6 +892,10 @@ private:
       for (size_t g = 0; comm && g < segment_->groups.size(); ++g)
         comm = runCollective(CommKind::ReduceScatter, g);
       break;
+    case SegmentMethod::AllToAll:
+      for (size_t g = 0; comm && g < segment_->groups.size(); ++g)
+        comm = runCollective(CommKind::AllToAll, g);
+      break;
     }
     if (!comm)
       return comm << " (" << where << ")";
@@ -903,7 +944,13 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
   if (schedule.elementBytes != plan.elementBytes)
     return AssertionFailure() << "element size differs";
   int rank = static_cast<int>(plan.shape.size());
-  if (schedule.outerDims != std::max(rank - 1, 0))
+  // One loop more, over the peers, for an all-to-all of whole tiles.
+  bool exchanges =
+      std::any_of(plan.steps.begin(), plan.steps.end(),
+                  [](const Step &step) { return step.exchange.has_value(); });
+  int expectedOuter = std::max(rank - 1, 0) + (exchanges ? 1 : 0);
+  if (schedule.outerDims != expectedOuter &&
+      schedule.outerDims != std::max(rank - 1, 0))
     return AssertionFailure() << "outerDims " << schedule.outerDims;
   // Segments run the step phases in order, several side by side where
   // their devices are disjoint (an all-reduce covers every phase of its
@@ -1821,6 +1868,7 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
     // pieces, or expands them where no collective fits.
     PlanOptions planOptions = c.options;
     planOptions.symbolicReductions = i % 3 != 0;
+    planOptions.symbolicExchanges = i % 3 != 0;
     what += absl::StrCat(" symbolic=", planOptions.symbolicReductions);
     absl::StatusOr<TransferPlan> plan =
         planReshard(c.source, c.destination, c.elementBytes, planOptions);
@@ -1893,6 +1941,156 @@ TEST(DeviceScheduleProperty, RandomReshardsMatchTheSimulator) {
   RecordProperty("all_reduce_segments", totals.allReduceSegments);
   RecordProperty("reduce_scatter_segments", totals.reduceScatterSegments);
   RecordProperty("out_of_place_rows", totals.outOfPlaceRows);
+}
+
+//===----------------------------------------------------------------------===//
+// Exchanges of whole tiles (symbolic all-to-all)
+//===----------------------------------------------------------------------===//
+
+TEST(DeviceSchedule, TransposeIsOneAllToAllPerDevice) {
+  // Rows over "x" to columns over "x" on 8 devices: 56 chunks of 4x6 f32,
+  // but one all-to-all step written as tiles, and one all-to-all call per
+  // device whose rows are the same on every device.
+  Mesh mesh = makeMesh({{"x", 8}});
+  TensorLayout rows = layout(mesh, {{"x"}, {}}, {32, 48});
+  TensorLayout columns = layout(mesh, {{}, {"x"}}, {32, 48});
+  PlanOptions symbolic;
+  symbolic.symbolicExchanges = true;
+  Checked checked = planAndRun(rows, columns, 4, symbolic);
+  ASSERT_EQ(checked.plan.steps.size(), 2u);
+  EXPECT_EQ(checked.plan.steps[0].kind, StepKind::LocalCopy);
+  const Step &exchange = checked.plan.steps[1];
+  ASSERT_TRUE(exchange.exchange.has_value());
+  EXPECT_TRUE(exchange.transfers.empty());
+  EXPECT_EQ(planSize(checked.plan).transfers, 8 + 8);
+  // The same totals as the 56 transfers it stands for.
+  absl::StatusOr<TransferPlan> explicitPlan = planReshard(rows, columns, 4);
+  ASSERT_TRUE(explicitPlan.ok());
+  EXPECT_EQ(planSize(*explicitPlan).transfers, 8 + 56);
+  EXPECT_EQ(checked.plan.bytesMoved, explicitPlan->bytesMoved);
+  EXPECT_EQ(checked.plan.bytesMoved, 56 * 4 * 6 * 4);
+  EXPECT_EQ(checked.plan.lowerBoundBytes, explicitPlan->lowerBoundBytes);
+  EXPECT_EQ(checked.plan.maxSendBytes, explicitPlan->maxSendBytes);
+  EXPECT_EQ(checked.plan.peakTempBytes, explicitPlan->peakTempBytes);
+
+  ASSERT_EQ(countSegments(checked.schedule, SegmentMethod::AllToAll), 1u);
+  EXPECT_EQ(checked.stats.allToAllSegments, 1);
+  // The chunks for ranks 0..7 are column blocks of the 4x48 source tile:
+  // packed by one looped row. The chunks from ranks 0..7 are row blocks
+  // of the 32x6 destination tile, in order: received into it directly.
+  EXPECT_EQ(checked.schedule.outerDims, 2);
+  EXPECT_EQ(checked.stats.allToAllPacks, 8);
+  EXPECT_EQ(checked.stats.allToAllUnpacks, 0);
+  for (const Segment &segment : checked.schedule.segments) {
+    if (segment.method != SegmentMethod::AllToAll)
+      continue;
+    for (const DeviceSegment &rows : segment.perDevice) {
+      ASSERT_EQ(rows.before.size(), 1u);
+      EXPECT_EQ(rows.before[0].counts, (std::vector<int64_t>{8, 4}));
+      EXPECT_EQ(rows.before[0].runBytes, 6 * 4);
+      EXPECT_TRUE(rows.after.empty());
+      ASSERT_EQ(rows.comm.size(), 1u);
+      EXPECT_EQ(rows.comm[0].kind, CommKind::AllToAll);
+      EXPECT_EQ(rows.comm[0].bytes, 4 * 6 * 4);
+      EXPECT_EQ(rows.comm[0].result,
+                (BufferPlace{BufferSpace::Destination, 0}));
+    }
+  }
+  // The all-to-all brings each device its own chunk too: the local copies
+  // are taken, so no row but the pack copies anything.
+  EXPECT_EQ(checked.stats.copyRows, 8);
+
+  // Back: the chunks are the source tile in order (sent from it directly)
+  // and column blocks of the destination tile (unpacked by one row).
+  Checked back = planAndRun(columns, rows, 4, symbolic);
+  EXPECT_EQ(back.stats.allToAllSegments, 1);
+  EXPECT_EQ(back.stats.allToAllPacks, 0);
+  EXPECT_EQ(back.stats.allToAllUnpacks, 8);
+  // Without collectives, the exchange runs as its transfers.
+  ScheduleOptions plain;
+  plain.collectives = false;
+  Checked sendRecv = planAndRun(rows, columns, 4, symbolic, {}, plain);
+  EXPECT_EQ(sendRecv.stats.allToAllSegments, 0);
+  EXPECT_EQ(sendRecv.stats.sendBytes, 56 * 4 * 6 * 4);
+}
+
+TEST(DeviceSchedule, ExchangesOutOfRankOrderRunAsTransfers) {
+  // Rows over ("y", "x"): the chunk from rank k lies at row block
+  // (k % 2) * 4 + k / 2, not evenly spaced in rank order; ids that do not
+  // follow positions likewise. Both stay one symbolic step and run as
+  // send/recv from its expansion.
+  Mesh mesh = makeMesh({{"x", 4}, {"y", 2}});
+  PlanOptions symbolic;
+  symbolic.symbolicExchanges = true;
+  Checked permuted =
+      planAndRun(layout(mesh, {{"y", "x"}, {}}, {16, 24}),
+                 layout(mesh, {{}, {"x", "y"}}, {16, 24}), 4, symbolic);
+  ASSERT_TRUE(permuted.plan.steps.back().exchange.has_value());
+  EXPECT_EQ(permuted.stats.allToAllSegments, 0);
+  EXPECT_GT(permuted.stats.sendRecvSegments, 0);
+  Mesh shuffled = makeMesh({{"x", 4}}, {7, 3, 11, 0});
+  Checked ids = planAndRun(layout(shuffled, {{"x"}, {}}, {8, 8}),
+                           layout(shuffled, {{}, {"x"}}, {8, 8}), 4, symbolic);
+  ASSERT_TRUE(ids.plan.steps.back().exchange.has_value());
+  EXPECT_EQ(ids.stats.allToAllSegments, 0);
+}
+
+TEST(DeviceScheduleProperty, RandomExchangesMatchTheSimulator) {
+  SplitMix64 rng(0xe8c4a95e);
+  constexpr int kCases = 400;
+  int symbolic = 0;
+  RunStats totals;
+  for (int i = 0; i < kCases; ++i) {
+    ReshardCase c = randomExchange(rng);
+    std::string what = absl::StrCat("case ", i, ": ", describe(c.source),
+                                    "  ->  ", describe(c.destination),
+                                    "  elementBytes=", c.elementBytes);
+    absl::StatusOr<TransferPlan> plan =
+        planReshard(c.source, c.destination, c.elementBytes, c.options);
+    ASSERT_TRUE(plan.ok()) << what << "\n" << plan.status();
+    PlanOptions listed = c.options;
+    listed.symbolicExchanges = false;
+    absl::StatusOr<TransferPlan> explicitPlan =
+        planReshard(c.source, c.destination, c.elementBytes, listed);
+    ASSERT_TRUE(explicitPlan.ok()) << what;
+    // The symbolic plan stands for exactly the transfers the planner lists
+    // otherwise, with the same totals.
+    std::multiset<std::tuple<int64_t, std::vector<int64_t>,
+                             std::vector<int64_t>, std::vector<int64_t>>>
+        stated, listedTransfers;
+    for (const Step &step : plan->steps)
+      for (const Transfer &t : stepTransfers(step, c.elementBytes))
+        stated.insert({t.srcDevice, t.dstDevices, t.box.lo, t.box.hi});
+    for (const Step &step : explicitPlan->steps)
+      for (const Transfer &t : step.transfers)
+        listedTransfers.insert({t.srcDevice, t.dstDevices, t.box.lo, t.box.hi});
+    EXPECT_EQ(stated, listedTransfers) << what;
+    EXPECT_EQ(plan->bytesMoved, explicitPlan->bytesMoved) << what;
+    EXPECT_EQ(plan->lowerBoundBytes, explicitPlan->lowerBoundBytes) << what;
+    EXPECT_EQ(plan->maxSendBytes, explicitPlan->maxSendBytes) << what;
+    EXPECT_EQ(plan->maxRecvBytes, explicitPlan->maxRecvBytes) << what;
+    bool exchanges =
+        std::any_of(plan->steps.begin(), plan->steps.end(),
+                    [](const Step &step) { return step.exchange.has_value(); });
+    symbolic += exchanges;
+    ScheduleOptions options;
+    options.directCollectives = i % 3 != 1;
+    Checked checked;
+    ASSERT_TRUE(checkSchedule(*plan, c.source, c.destination,
+                              programDevices(c.source, c.destination), &checked,
+                              options))
+        << what << " directCollectives=" << options.directCollectives << "\n"
+        << formatPlan(*plan);
+    totals.allToAllSegments += checked.stats.allToAllSegments;
+    totals.allToAllPacks += checked.stats.allToAllPacks;
+    totals.allToAllUnpacks += checked.stats.allToAllUnpacks;
+  }
+  EXPECT_GT(symbolic, kCases / 2);
+  EXPECT_GT(totals.allToAllSegments, kCases / 8);
+  EXPECT_GT(totals.allToAllPacks, 0);
+  EXPECT_GT(totals.allToAllUnpacks, 0);
+  RecordProperty("symbolic_exchanges", symbolic);
+  RecordProperty("all_to_all_segments", totals.allToAllSegments);
 }
 
 TEST(DeviceSchedule, BlockingRoundsPairDistinctDevices) {

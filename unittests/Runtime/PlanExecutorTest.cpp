@@ -729,7 +729,10 @@ TEST(PlanExecutorProperty, RandomReshards) {
   for (int i = 0; i < kCases; ++i) {
     // Every fifth case may use up to 64 devices per mesh.
     generator.maxDevices = i % 5 == 4 ? 64 : 32;
-    ReshardCase c = randomReshard(rng, generator);
+    // Every tenth case is (nearly) an exchange of whole tiles, kept
+    // symbolic as --polymesh-plan does.
+    ReshardCase c =
+        i % 10 == 7 ? randomExchange(rng) : randomReshard(rng, generator);
     // Elements are the global indices (int64, int32 or f32: all exact), so
     // the generator's element size becomes one of those; the memory limit
     // keeps its element count.

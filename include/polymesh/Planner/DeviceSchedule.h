@@ -67,6 +67,7 @@ enum class CommKind : int64_t {
   AllGather = 3,
   AllReduce = 4,
   ReduceScatter = 5,
+  AllToAll = 6,
 };
 
 /// A place in one of a device's buffers.
@@ -98,7 +99,10 @@ struct BufferPlace {
 /// reads at stagingOffset in `space` (all-gather: the caller's `bytes`;
 /// all-reduce: `bytes`; reduce-scatter: members * `bytes`) and writes
 /// `result` (all-gather: members * `bytes` in rank order; all-reduce and
-/// reduce-scatter: the caller's `bytes` of sums). Either way a member's
+/// reduce-scatter: the caller's `bytes` of sums). AllToAll is always out
+/// of place: it reads members * `bytes` at stagingOffset in `space`, chunk j
+/// meant for rank j, and writes members * `bytes` at `result`, chunk i from
+/// rank i (the caller's own chunk included). Either way a member's
 /// rows do not depend on its rank but through the in-place offsets, so the
 /// out-of-place forms let every member of a group run the same rows.
 struct CommRow {
@@ -139,8 +143,14 @@ enum class SegmentMethod : int64_t {
   /// A reduce-scatter step whose members each receive one equal-sized sum:
   /// one reduce-scatter over each group, the same ways.
   ReduceScatter = 5,
+  /// A symbolic all-to-all step (Step::exchange) whose members' rows are
+  /// all the same: every member packs its chunks for the others in rank
+  /// order with one looped copy (none when they are its source tile in
+  /// order), one all-to-all over the group, one looped copy into its
+  /// destination tile (none when the chunks are that tile in order).
+  AllToAll = 6,
 };
-constexpr int kNumSegmentMethods = 6;
+constexpr int kNumSegmentMethods = 7;
 
 /// snake_case name of a method, e.g. "all_gather", "send_recv".
 const char *segmentMethodName(SegmentMethod method);
@@ -192,7 +202,8 @@ struct DeviceSchedule {
   /// The devices of the program, sorted; positions index perDevice.
   std::vector<int64_t> devices;
   int64_t elementBytes = 0;
-  /// Loops around the contiguous run of every copy: max(rank - 1, 0).
+  /// Loops around the contiguous run of every copy: max(rank - 1, 0), one
+  /// more (over the peers) when the plan has an all-to-all of whole tiles.
   int outerDims = 0;
   std::vector<Segment> segments;
   /// Most staging a device needs in any segment, per position (0 for a
@@ -208,8 +219,9 @@ struct DeviceSchedule {
 
 /// Which methods the code that runs a schedule can use.
 struct ScheduleOptions {
-  /// Emit Broadcast, AllGather, AllReduce and ReduceScatter segments where
-  /// the plan's steps have their shape (else they run as send/recv).
+  /// Emit Broadcast, AllGather, AllReduce, ReduceScatter and AllToAll
+  /// segments where the plan's steps have their shape (else they run as
+  /// send/recv).
   bool collectives = true;
   /// The backend sums the element type in a collective (AllReduce,
   /// ReduceScatter); without it sums stay send/recv plus accumulate rows.

@@ -35,10 +35,17 @@ struct PlanOptions {
   /// memory limit splits them into chunks: a sum over n devices costs O(n),
   /// not O(n^2), in the plan and in everything that reads it.
   bool symbolicReductions = false;
+  /// An all-to-all of whole tiles (every source tile to every destination
+  /// tile, each layout's tiles distinct and partitioning the tensor, both
+  /// on one set of devices) stays symbolic (Step::exchange, no transfers)
+  /// when no memory limit splits it: a transpose of a sharding over n
+  /// devices costs O(n), not O(n^2), in the plan and the schedule.
+  bool symbolicExchanges = false;
 
   bool operator==(const PlanOptions &other) const {
     return memoryLimitBytes == other.memoryLimitBytes &&
-           symbolicReductions == other.symbolicReductions;
+           symbolicReductions == other.symbolicReductions &&
+           symbolicExchanges == other.symbolicExchanges;
   }
 };
 

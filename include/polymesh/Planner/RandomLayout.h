@@ -77,6 +77,14 @@ Sharding randomSharding(SplitMix64 &rng, const Mesh &mesh, size_t rank,
 ReshardCase randomReshard(SplitMix64 &rng,
                           const RandomReshardOptions &options = {});
 
+/// A random reshard that exchanges whole tiles, or nearly: one set of
+/// devices (ids in order, shifted or shuffled; the destination mesh the
+/// same axes or one axis over all devices, its ids sometimes shuffled),
+/// every axis of each mesh on some dimension, the two shardings' dimensions
+/// disjoint; a few cases split a dimension by both (no exchange) or leave
+/// tiles empty. options.symbolicExchanges is set.
+ReshardCase randomExchange(SplitMix64 &rng);
+
 } // namespace polymesh::planner
 
 #endif // POLYMESH_PLANNER_RANDOMLAYOUT_H

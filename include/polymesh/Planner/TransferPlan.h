@@ -114,8 +114,20 @@ struct ReductionPieces {
   std::vector<Box> pieces;
 };
 
+/// An AllToAll step in its symbolic form: the whole tiles of the members,
+/// `sources[i]` and `destinations[i]` those of member i of Step::devices.
+/// Every member sends each other member the part of its source tile that
+/// the other's destination tile holds (expandExchangeTiles). The planner
+/// writes this form only where the members' source tiles are all the
+/// source tiles and partition the tensor, and so do their destination
+/// tiles, so a group of n members is 2n boxes instead of n(n-1) transfers.
+struct ExchangeTiles {
+  std::vector<Box> sources, destinations;
+};
+
 /// One step of a plan: a collective over `devices`, made of `transfers`, or
-/// of `pieces` (a symbolic reduction).
+/// of `pieces` (a symbolic reduction), or of `exchange` (a symbolic
+/// all-to-all).
 struct Step {
   StepKind kind = StepKind::SendRecv;
   /// Chunk index: steps of one chunk share the staging memory budget.
@@ -128,8 +140,11 @@ struct Step {
   /// expandReductionPieces(kind, devices, *pieces). A group of n members
   /// costs O(n) numbers instead of O(n^2) transfers.
   std::optional<ReductionPieces> pieces;
+  /// A symbolic AllToAll (PlanOptions::symbolicExchanges): `transfers` is
+  /// empty and stands for expandExchangeTiles(devices, *exchange).
+  std::optional<ExchangeTiles> exchange;
 
-  bool isSymbolic() const { return pieces.has_value(); }
+  bool isSymbolic() const { return pieces.has_value() || exchange.has_value(); }
 
   /// Root of a Broadcast step (the sender of its transfers).
   int64_t root() const {
@@ -209,9 +224,19 @@ std::vector<Transfer> expandReductionPieces(StepKind kind,
 std::optional<ReductionPieces> findReductionPieces(const Step &step,
                                                    int64_t elementBytes);
 
+/// The transfers of an all-to-all step over `devices` (sorted) that
+/// exchanges whole tiles: for each member i (in `devices` order), to each
+/// other member j (same order), the intersection of i's source tile and
+/// j's destination tile where it is not empty, from source to destination
+/// buffer.
+std::vector<Transfer> expandExchangeTiles(const std::vector<int64_t> &devices,
+                                          const ExchangeTiles &exchange,
+                                          int64_t elementBytes);
+
 /// The step's transfers, the symbolic ones expanded.
 std::vector<Transfer> stepTransfers(const Step &step, int64_t elementBytes);
-/// Replaces a symbolic step's pieces by its transfers (no-op otherwise).
+/// Replaces a symbolic step's pieces or tiles by its transfers (no-op
+/// otherwise).
 void expandSymbolicStep(Step &step, int64_t elementBytes);
 /// Whether some step of `plan` is symbolic.
 bool hasSymbolicSteps(const TransferPlan &plan);
@@ -221,7 +246,7 @@ void expandSymbolicSteps(TransferPlan &plan);
 
 /// What a plan holds, as the transfer budget counts it (kMaxPlanTransfers,
 /// kMaxPlanReceivers): its transfers and (transfer, receiver) pairs, a
-/// symbolic step's pieces counting once each.
+/// symbolic step's pieces (or exchanged tiles) counting once each.
 struct PlanSize {
   int64_t transfers = 0, receivers = 0;
 };

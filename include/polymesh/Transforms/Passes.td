@@ -180,6 +180,15 @@ def PolymeshPlan : Pass<"polymesh-plan", "mlir::ModuleOp"> {
       (`PlanOptions::symbolicReductions`), and the lowering schedules the
       collective from the pieces, so a sum over 65,536 devices never lists
       its 8.6 billion transfers anywhere. False writes every transfer out.
+    * `exchange-tiles` (default true): a reshard that is an all-to-all of
+      whole tiles (both shardings over one set of devices, each device
+      holding its own tile in both, no dimension split by both, so every
+      source tile meets every destination tile: a transpose of the
+      sharding, rows over "x" to columns over "x") is planned without a
+      memory limit as its local copies and one `all_to_all` step written
+      as `tiles` (see `polymesh.transfer`): n ids instead of n(n-1)
+      transfers, and the lowering schedules one all-to-all call per device
+      from it. False lists every transfer.
   }];
   let dependentDialects = ["::polymesh::PolymeshDialect"];
   let options = [
@@ -199,6 +208,9 @@ def PolymeshPlan : Pass<"polymesh-plan", "mlir::ModuleOp"> {
     Option<"reductionPieces", "reduction-pieces", "bool", /*default=*/"true",
            "Write reductions as their pieces where those determine their "
            "transfers (false: every transfer)">,
+    Option<"exchangeTiles", "exchange-tiles", "bool", /*default=*/"true",
+           "Plan all-to-alls of whole tiles as one symbolic step (false: "
+           "every transfer)">,
   ];
 }
 

@@ -9,6 +9,7 @@
 #include "polymesh/Planner/Batch.h"
 #include "polymesh/Planner/Planner.h"
 
+#include "llvm/ADT/DenseMap.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
@@ -161,6 +162,36 @@ planner::ReductionPieces polymesh::toPlannerPieces(TransferStepAttr step) {
   return pieces;
 }
 
+namespace {
+/// The whole tiles an exchange step's members trade (an empty box for a
+/// device a layout does not hold: the verifier refuses that step).
+planner::ExchangeTiles
+exchangedTiles(const std::vector<int64_t> &members,
+               const planner::TensorLayout &source,
+               const planner::TensorLayout &destination) {
+  planner::ExchangeTiles tiles;
+  size_t rank = source.shape().size();
+  planner::Box none{std::vector<int64_t>(rank, 0),
+                    std::vector<int64_t>(rank, 0)};
+  // Positions by id, once: Mesh::positionOf searches explicit ids.
+  auto boxes = [&](const planner::TensorLayout &layout) {
+    llvm::DenseMap<int64_t, int64_t> positions;
+    for (int64_t p = 0, e = layout.numDevices(); p < e; ++p)
+      positions[layout.mesh().deviceAt(p)] = p;
+    std::vector<planner::Box> result;
+    for (int64_t member : members) {
+      auto it = positions.find(member);
+      result.push_back(
+          it == positions.end() ? none : layout.boxAtPosition(it->second));
+    }
+    return result;
+  };
+  tiles.sources = boxes(source);
+  tiles.destinations = boxes(destination);
+  return tiles;
+}
+} // namespace
+
 planner::TransferPlan
 polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
                              const planner::TensorLayout &destination) {
@@ -179,10 +210,12 @@ polymesh::toPlannerStepsPlan(TransferOp op, const planner::TensorLayout &source,
     step.chunk = stepAttr.getChunk();
     step.devices.assign(stepAttr.getDevices().begin(),
                         stepAttr.getDevices().end());
-    if (stepAttr.isSymbolic()) {
+    if (stepAttr.hasPieces()) {
       step.pieces = toPlannerPieces(stepAttr);
       plan.reducesInPlace = true;
     }
+    if (stepAttr.getTiles())
+      step.exchange = exchangedTiles(step.devices, source, destination);
     step.transfers.reserve(stepAttr.getTransfers().size());
     for (BoxTransferAttr transferAttr : stepAttr.getTransfers()) {
       planner::Transfer transfer;

@@ -651,7 +651,9 @@ void TransferStepAttr::printBody(llvm::raw_ostream &os) const {
   os << stringifyTransferStepKind(getKind()) << " chunk " << getChunk()
      << " devices ";
   printIntList(os, getDevices());
-  if (isSymbolic())
+  if (getTiles())
+    os << " tiles";
+  if (hasPieces())
     os << " pieces";
   for (auto [index, owner] : llvm::enumerate(getPieceOwners())) {
     auto [lo, hi] = getPiece(index);
@@ -718,11 +720,13 @@ TransferStepAttr TransferStepAttr::parseBody(AsmParser &parser) {
     return {};
   SmallVector<BoxTransferAttr> transfers;
   SmallVector<int64_t> owners, corners;
+  // What follows `tiles` is parsed too, for the verifier to refuse by name.
+  bool tiles = succeeded(parser.parseOptionalKeyword("tiles"));
   if (succeeded(parser.parseOptionalKeyword("pieces"))) {
     if (failed(parsePieces(parser, owners, corners)))
       return {};
     return TransferStepAttr::get(parser.getContext(), *kind, chunk, devices,
-                                 transfers, owners, corners);
+                                 transfers, owners, corners, tiles);
   }
   while (succeeded(parser.parseOptionalLBrace())) {
     BoxTransferAttr transfer = BoxTransferAttr::parseBody(parser);
@@ -731,7 +735,7 @@ TransferStepAttr TransferStepAttr::parseBody(AsmParser &parser) {
     transfers.push_back(transfer);
   }
   return TransferStepAttr::get(parser.getContext(), *kind, chunk, devices,
-                               transfers, owners, corners);
+                               transfers, owners, corners, tiles);
 }
 
 Attribute TransferStepAttr::parse(AsmParser &parser, Type) {

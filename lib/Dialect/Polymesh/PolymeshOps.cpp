@@ -139,6 +139,11 @@ public:
   }
   /// Whether `device` has a tile that contains `box`.
   bool holds(int64_t device, const planner::Box &box) {
+    const std::optional<planner::Box> &tile = tileOf(device);
+    return tile && tile->encloses(box);
+  }
+  /// `device`'s tile, or nullopt when the layout's mesh does not hold it.
+  const std::optional<planner::Box> &tileOf(int64_t device) {
     auto [it, inserted] = tiles.try_emplace(device);
     std::optional<planner::Box> &tile = it->second;
     if (inserted && layout.mesh().deviceIds.empty()) {
@@ -148,7 +153,7 @@ public:
       if (auto position = positions.find(device); position != positions.end())
         tile = layout.boxAtPosition(position->second);
     }
-    return tile && tile->encloses(box);
+    return tile;
   }
 
 private:
@@ -216,6 +221,8 @@ private:
   LogicalResult verifyStep(size_t index, TransferStepAttr step);
   LogicalResult verifyPieces(TransferStepAttr step,
                              llvm::function_ref<InFlightDiagnostic()> where);
+  LogicalResult verifyExchange(TransferStepAttr step,
+                               llvm::function_ref<InFlightDiagnostic()> where);
   LogicalResult verifyTransfer(TransferStepAttr step, size_t transferIndex,
                                const TransferFields &transfer,
                                llvm::function_ref<InFlightDiagnostic()> where);
@@ -231,6 +238,9 @@ private:
   /// buffer: without partial sums they must tile its box exactly, each
   /// element once.
   llvm::DenseMap<int64_t, std::vector<planner::Box>> received;
+  /// A step exchanges whole tiles: every destination device receives all
+  /// of its tile but what its own source tile holds.
+  bool exchanged = false;
 };
 
 LogicalResult TransferVerifier::verify() {
@@ -269,7 +279,9 @@ LogicalResult TransferVerifier::verifyStep(size_t index,
   for (size_t i = 1; i < devices.size(); ++i)
     if (devices[i - 1] >= devices[i])
       return where() << "participant devices must be sorted and distinct";
-  if (step.isSymbolic())
+  if (step.getTiles())
+    return verifyExchange(step, where);
+  if (step.hasPieces())
     return verifyPieces(step, where);
   for (auto [transferIndex, transfer] : llvm::enumerate(step.getTransfers()))
     if (failed(verifyTransfer(step, transferIndex, TransferFields::of(transfer),
@@ -332,6 +344,46 @@ TransferVerifier::verifyPieces(TransferStepAttr step,
                        << index << " " << printBox(piece)
                        << " in its source buffer";
     llvm_unreachable("a box that holds every piece holds their bounds");
+  }
+  return success();
+}
+
+/// An exchange of whole tiles stands for a reshard's communication only
+/// where each sharding's tiles are distinct and partition the tensor (no
+/// partial sums, no replication) and the members are every device of both:
+/// then member j receives, from the others' source tiles, all of its
+/// destination tile but what its own source tile holds. O(members).
+LogicalResult TransferVerifier::verifyExchange(
+    TransferStepAttr step, llvm::function_ref<InFlightDiagnostic()> where) {
+  if (step.getKind() != TransferStepKind::AllToAll)
+    return where() << "only all_to_all steps exchange tiles";
+  if (!step.getTransfers().empty() || step.hasPieces())
+    return where() << "exchanges tiles but also lists transfers or pieces";
+  if (!op.getSource().getUnreduced().empty() ||
+      !op.getDestination().getUnreduced().empty())
+    return where() << "exchanges tiles of partial sums";
+  if (exchanged)
+    return where() << "exchanges tiles a second time";
+  exchanged = true;
+  ArrayRef<int64_t> members = step.getDevices();
+  for (auto [layout, lookup, which] :
+       {std::make_tuple(&source, &sourceTiles, "source"),
+        std::make_tuple(&destination, &destinationTiles, "destination")}) {
+    int64_t tiles = 1;
+    for (size_t d = 0; d < shape.size(); ++d)
+      tiles *= layout->numShards(d);
+    if (tiles != layout->numDevices())
+      return where() << "the " << which << " sharding places " << tiles
+                     << " distinct tiles on " << layout->numDevices()
+                     << " devices; tiles are exchanged only where each "
+                        "device holds its own";
+    if (static_cast<int64_t>(members.size()) != layout->numDevices())
+      return where() << "exchanges the tiles of " << members.size()
+                     << " devices, but the " << which << " sharding has "
+                     << layout->numDevices();
+    for (int64_t member : members)
+      if (!lookup->tileOf(member))
+        return where() << "member " << member << " has no " << which << " tile";
   }
   return success();
 }
@@ -401,14 +453,29 @@ LogicalResult TransferVerifier::verifyTransfer(
 /// that are pairwise disjoint and hold as many elements as the tile cover
 /// it exactly. Counting alone would pass a box received four times next to
 /// a hole that the generated code leaves uninitialised.
+///
+/// After an exchange of whole tiles, which brings a device all of its tile
+/// but what its own source tile holds, the boxes it receives otherwise
+/// must cover exactly that part.
 LogicalResult TransferVerifier::verifyCoverage() {
   for (int64_t p = 0, e = destination.numDevices(); p < e; ++p) {
     int64_t device = destination.mesh().deviceAt(p);
-    int64_t expected = destination.boxAtPosition(p).numElements();
+    planner::Box tile = destination.boxAtPosition(p);
+    int64_t expected = tile.numElements();
     auto it = received.find(device);
     const std::vector<planner::Box> none;
     const std::vector<planner::Box> &boxes =
         it == received.end() ? none : it->second;
+    if (exchanged) {
+      planner::Box kept = sourceTiles.tileOf(device)->intersect(tile);
+      expected = kept.numElements();
+      for (const planner::Box &box : boxes)
+        if (!kept.encloses(box))
+          return op.emitOpError()
+                 << "destination device " << device << " receives "
+                 << printBox(box) << ", which the exchange of tiles "
+                 << "brings it too";
+    }
     if (std::optional<std::pair<size_t, size_t>> overlap =
             planner::findOverlap(boxes))
       return op.emitOpError()

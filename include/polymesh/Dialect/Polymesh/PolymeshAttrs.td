@@ -215,6 +215,18 @@ def Polymesh_TransferStepAttr : Polymesh_Attr<"TransferStep", "transfer_step"> {
     (phase 1). A group of n members is n pieces instead of about n^2
     transfers. `--polymesh-plan` writes this form for every reduction step
     whose transfers are exactly that expansion.
+
+    An `all_to_all` step may be symbolic too: `<all_to_all chunk 0 devices
+    [0, 1, 2, 3] tiles>` exchanges whole tiles. Every member sends each
+    other member the part of its source tile that the other's destination
+    tile holds (`planner::expandExchangeTiles`), from source to destination
+    buffer. The verifier accepts it where that is a whole reshard: the
+    members are every device of both shardings, and each sharding's tiles
+    are distinct (no partial sums, no replication), so each member receives
+    all of its destination tile but what its own source tile holds. A group
+    of n members is its n ids instead of n(n-1) transfers.
+    `--polymesh-plan{exchange-tiles}` writes it for every reshard that is
+    such an exchange and every pair of whose tiles meet.
   }];
   let parameters = (ins
     "TransferStepKind":$kind,
@@ -224,13 +236,17 @@ def Polymesh_TransferStepAttr : Polymesh_Attr<"TransferStep", "transfer_step"> {
     OptionalArrayRefParameter<"int64_t",
                               "owners of a symbolic reduction's pieces">:$pieceOwners,
     OptionalArrayRefParameter<"int64_t",
-                              "each piece's lower then upper corner">:$pieceCorners);
+                              "each piece's lower then upper corner">:$pieceCorners,
+    DefaultValuedParameter<"bool", "false",
+                           "an all-to-all of whole tiles">:$tiles);
   let hasCustomAssemblyFormat = 1;
   let extraClassDeclaration = [{
     void printBody(llvm::raw_ostream &os) const;
     static TransferStepAttr parseBody(mlir::AsmParser &parser);
     /// Whether the step is a reduction written as its pieces.
-    bool isSymbolic() const { return !getPieceOwners().empty(); }
+    bool hasPieces() const { return !getPieceOwners().empty(); }
+    /// Whether the step is written as its pieces or its tiles.
+    bool isSymbolic() const { return hasPieces() || getTiles(); }
     /// The lower and upper corners of piece `index`.
     std::pair<llvm::ArrayRef<int64_t>, llvm::ArrayRef<int64_t>>
     getPiece(size_t index) const;
