@@ -177,6 +177,30 @@ BENCHMARK(BM_GradientSum)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
 
+constexpr const char *kTranspose = R"mlir(
+polymesh.mesh @seq = <["x"=8]>
+func.func @transpose(%a: tensor<4096x4096xf32> {polymesh.sharding = #polymesh.sharding<@seq, [{"x"}, {}]>})
+    -> (tensor<4096x4096xf32> {polymesh.sharding = #polymesh.sharding<@seq, [{}, {"x"}]>}) {
+  return %a : tensor<4096x4096xf32>
+}
+)mlir";
+
+/// The all-to-all of sequence parallelism on 8 loopback devices, 8 MiB a
+/// device: as one symbolic exchange of whole tiles, one all-to-all call a
+/// device (1), or as its 56 listed transfers, send/recv (0).
+void BM_Transpose(benchmark::State &state) {
+  ShardedRunnerOptions options;
+  options.exchangeTiles = state.range(0) != 0;
+  runTimed(state, kTranspose, "transpose", options);
+}
+BENCHMARK(BM_Transpose)
+    ->ArgName("tiles")
+    ->Arg(1)
+    ->Arg(0)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(5);
+
 void compileSharded(benchmark::State &state, const char *path) {
   OwningOpRef<ModuleOp> module = parseFile(path);
   if (!module) {

@@ -582,6 +582,7 @@ ShardedRunner::create(ModuleOp module, llvm::ArrayRef<std::string> names,
     PassManager plan(context);
     PolymeshPlanOptions planOptions;
     planOptions.batchMinDevices = options.batchMinDevices;
+    planOptions.exchangeTiles = options.exchangeTiles;
     plan.addPass(createPolymeshPlan(planOptions));
     if (failed(plan.run(*planned)))
       return error("--polymesh-propagate and --polymesh-plan failed");

@@ -524,6 +524,25 @@ public:
     case OpKind::AllToAll: {
       if (size == 0)
         return;
+      // Out of place (no receive buffer overlaps a send buffer): straight
+      // from every send buffer to every receive buffer, without staging.
+      auto overlaps = [&](const void *a, const void *b) {
+        const char *x = static_cast<const char *>(a);
+        const char *y = static_cast<const char *>(b);
+        return x < y + n * size && y < x + n * size;
+      };
+      bool apart = true;
+      for (size_t i = 0; apart && i < n; ++i)
+        for (size_t j = 0; apart && j < n; ++j)
+          apart = !overlaps(ranks[i]->sendBuf, ranks[j]->recvBuf);
+      if (apart) {
+        for (size_t j = 0; j < n; ++j)
+          for (size_t i = 0; i < n; ++i)
+            std::memcpy(static_cast<char *>(ranks[j]->recvBuf) + i * size,
+                        static_cast<const char *>(ranks[i]->sendBuf) + j * size,
+                        size);
+        return;
+      }
       std::vector<char> staged(n * n * size);
       for (size_t i = 0; i < n; ++i)
         std::memcpy(staged.data() + i * n * size, ranks[i]->sendBuf, n * size);

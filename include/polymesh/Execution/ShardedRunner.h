@@ -141,6 +141,10 @@ struct ShardedRunnerOptions {
   /// The lowering's direct-collectives: collectives straight between tiles
   /// where the tiles allow (false: every collective in place).
   bool directCollectives = true;
+  /// --polymesh-plan's exchange-tiles: all-to-alls of whole tiles planned
+  /// as one symbolic step, run as one all-to-all call per device (false:
+  /// every transfer listed, run as send/recv).
+  bool exchangeTiles = true;
 
   /// Multi-process runs (docs/multi-process.md). The devices this process
   /// runs; null: every device. Class functions that none of them runs are
