@@ -339,6 +339,13 @@ int64_t TensorLayout::numShards(size_t dim) const {
   return product;
 }
 
+int64_t TensorLayout::numTiles() const {
+  int64_t product = 1;
+  for (size_t d = 0; d < shape_.size(); ++d)
+    product *= numShards(d);
+  return product;
+}
+
 int64_t TensorLayout::tileExtent(size_t dim) const {
   // Not (d + k - 1) / k, which overflows for extents near INT64_MAX.
   int64_t d = shape_[dim], k = numShards(dim);

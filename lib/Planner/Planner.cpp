@@ -1432,9 +1432,9 @@ bool exchangesWholeTiles(const TensorLayout &source,
   int64_t n = source.numDevices();
   if (n < 2 || destination.numDevices() != n || index.size() != n ||
       !source.sharding().unreduced.empty() ||
-      !destination.sharding().unreduced.empty())
+      !destination.sharding().unreduced.empty() || source.numTiles() != n ||
+      destination.numTiles() != n)
     return false;
-  int64_t sourceTiles = 1, destinationTiles = 1;
   for (size_t d = 0; d < source.shape().size(); ++d) {
     int64_t extent = source.shape()[d];
     int64_t splitBySource = source.numShards(d);
@@ -1447,10 +1447,8 @@ bool exchangesWholeTiles(const TensorLayout &source,
     if ((splitBySource - 1) * source.tileExtent(d) >= extent ||
         (splitByDestination - 1) * destination.tileExtent(d) >= extent)
       return false;
-    sourceTiles *= splitBySource;
-    destinationTiles *= splitByDestination;
   }
-  return sourceTiles == n && destinationTiles == n;
+  return true;
 }
 
 /// The plan of a reshard that exchangesWholeTiles: the local parts, then

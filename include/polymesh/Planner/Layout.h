@@ -195,6 +195,10 @@ public:
 
   /// Number of shards along dimension `dim` (product of its axis sizes).
   int64_t numShards(size_t dim) const;
+  /// Distinct tiles of one partial sum: the product of numShards over the
+  /// dims. Equal to numDevices() exactly when every device holds a tile
+  /// of its own (no axis replicates, none is unreduced).
+  int64_t numTiles() const;
   /// The largest tile extent along `dim`: ceil(shape[dim] / numShards(dim)).
   int64_t tileExtent(size_t dim) const;
   /// The local tile shape every device allocates: tileExtent per dim.

@@ -369,9 +369,7 @@ LogicalResult TransferVerifier::verifyExchange(
   for (auto [layout, lookup, which] :
        {std::make_tuple(&source, &sourceTiles, "source"),
         std::make_tuple(&destination, &destinationTiles, "destination")}) {
-    int64_t tiles = 1;
-    for (size_t d = 0; d < shape.size(); ++d)
-      tiles *= layout->numShards(d);
+    int64_t tiles = layout->numTiles();
     if (tiles != layout->numDevices())
       return where() << "the " << which << " sharding places " << tiles
                      << " distinct tiles on " << layout->numDevices()
