@@ -279,8 +279,13 @@ bool addExchangeStats(const Step &step, TransferPlan &plan,
     plan.bytesMoved += sent;
     stats[d].sendBytes += sent;
     stats[d].recvBytes += received;
+    // One all-to-all call packs the whole source tile and receives the whole
+    // destination tile, the member's own chunk included (DeviceSchedule's
+    // matchExchange); run as its transfers, the step stages less.
     if (sent + received > 0)
-      stage(d, sent + received);
+      stage(d, (tiles.sources[i].numElements() +
+                tiles.destinations[i].numElements()) *
+                   plan.elementBytes);
   }
   return true;
 }

@@ -721,59 +721,68 @@ TEST(PlanExecutorProperty, RandomReshards) {
   // the first 300 cases already reach every method.
   constexpr int kCases = kUnderTsan ? 300 : 1000;
   SplitMix64 rng(kSeed);
+  // Exchanges of whole tiles come from a stream of their own, so that adding
+  // them left the cases above (and the methods they reach) as they were.
+  SplitMix64 exchangeRng(kSeed ^ 0xa11707a11);
   RandomReshardOptions generator;
-  generator.maxDevices = 32;
   std::array<int64_t, kNumStepMethods> methods{};
-  int limited = 0, reductions = 0, sendRecvOnly = 0;
+  int limited = 0, reductions = 0, sendRecvOnly = 0, exchanges = 0;
   auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < kCases; ++i) {
-    // Every fifth case may use up to 64 devices per mesh.
-    generator.maxDevices = i % 5 == 4 ? 64 : 32;
-    // Every tenth case is (nearly) an exchange of whole tiles, kept
-    // symbolic as --polymesh-plan does.
-    ReshardCase c =
-        i % 10 == 7 ? randomExchange(rng) : randomReshard(rng, generator);
-    // Elements are the global indices (int64, int32 or f32: all exact), so
-    // the generator's element size becomes one of those; the memory limit
-    // keeps its element count.
-    DataType type = c.elementBytes == 8   ? DataType::I64
-                    : c.elementBytes == 4 ? DataType::F32
-                                          : DataType::I32;
-    PlanOptions options = c.options;
-    options.memoryLimitBytes =
-        c.options.memoryLimitBytes / c.elementBytes * dataTypeSize(type);
-    ExecuteOptions execute;
-    execute.useCollectives = i % 4 != 3;
-    SCOPED_TRACE(absl::StrCat("seed 0x", absl::Hex(kSeed), " case ", i, " (",
-                              dataTypeName(type),
-                              execute.useCollectives ? "" : ", send/recv only",
-                              "): ", describeCase(c)));
+    // Every tenth case is followed by (nearly) an exchange of whole tiles,
+    // kept symbolic as --polymesh-plan does.
+    for (bool exchange : {false, true}) {
+      if (exchange && i % 10 != 7)
+        continue;
+      // Every fifth case may use up to 64 devices per mesh.
+      generator.maxDevices = i % 5 == 4 ? 64 : 32;
+      ReshardCase c = exchange ? randomExchange(exchangeRng)
+                               : randomReshard(rng, generator);
+      // Elements are the global indices (int64, int32 or f32: all exact), so
+      // the generator's element size becomes one of those; the memory limit
+      // keeps its element count.
+      DataType type = c.elementBytes == 8   ? DataType::I64
+                      : c.elementBytes == 4 ? DataType::F32
+                                            : DataType::I32;
+      PlanOptions options = c.options;
+      options.memoryLimitBytes =
+          c.options.memoryLimitBytes / c.elementBytes * dataTypeSize(type);
+      // Exchanges alternate: every other one runs as send/recv only.
+      ExecuteOptions execute;
+      execute.useCollectives = exchange ? i % 20 != 17 : i % 4 != 3;
+      SCOPED_TRACE(
+          absl::StrCat("seed 0x", absl::Hex(kSeed), " case ", i,
+                       exchange ? " exchange" : "", " (", dataTypeName(type),
+                       execute.useCollectives ? "" : ", send/recv only",
+                       "): ", describeCase(c)));
 
-    absl::StatusOr<TransferPlan> plan =
-        planReshard(c.source, c.destination, dataTypeSize(type), options);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    absl::StatusOr<PlanExecutor> executor =
-        PlanExecutor::create(*plan, c.source, c.destination, execute);
-    ASSERT_TRUE(executor.ok()) << executor.status();
-    absl::StatusOr<Execution> execution = ::execute(*executor, type);
-    ASSERT_TRUE(execution.ok()) << execution.status() << "\n"
-                                << formatPlan(*plan);
-    ASSERT_TRUE(matchesSimulator(*plan, c.source, c.destination, *execution))
-        << formatPlan(*plan);
+      absl::StatusOr<TransferPlan> plan =
+          planReshard(c.source, c.destination, dataTypeSize(type), options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      absl::StatusOr<PlanExecutor> executor =
+          PlanExecutor::create(*plan, c.source, c.destination, execute);
+      ASSERT_TRUE(executor.ok()) << executor.status();
+      absl::StatusOr<Execution> execution = ::execute(*executor, type);
+      ASSERT_TRUE(execution.ok()) << execution.status() << "\n"
+                                  << formatPlan(*plan);
+      ASSERT_TRUE(matchesSimulator(*plan, c.source, c.destination, *execution))
+          << formatPlan(*plan);
 
-    limited += options.memoryLimitBytes > 0;
-    reductions += plan->reducesInPlace;
-    sendRecvOnly += !execute.useCollectives;
-    for (size_t s = 0; s < plan->steps.size(); ++s)
-      ++methods[static_cast<int>(executor->method(s))];
+      limited += options.memoryLimitBytes > 0;
+      reductions += plan->reducesInPlace;
+      sendRecvOnly += !execute.useCollectives;
+      exchanges += exchange;
+      for (size_t s = 0; s < plan->steps.size(); ++s)
+        ++methods[static_cast<int>(executor->method(s))];
+    }
   }
   double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
-  std::cout << "[executor] " << kCases << " reshards in " << seconds
-            << " s: " << limited << " under a memory limit, " << reductions
-            << " reducing, " << sendRecvOnly << " send/recv only; steps by"
-            << " method:";
+  std::cout << "[executor] " << kCases << " reshards and " << exchanges
+            << " exchanges in " << seconds << " s: " << limited
+            << " under a memory limit, " << reductions << " reducing, "
+            << sendRecvOnly << " send/recv only; steps by method:";
   for (int m = 0; m < kNumStepMethods; ++m)
     std::cout << " " << stepMethodName(static_cast<StepMethod>(m)) << "="
               << methods[m];
