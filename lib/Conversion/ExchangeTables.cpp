@@ -205,7 +205,7 @@ void appendCopies(std::vector<int64_t> &copies,
   }
 }
 
-/// The index of member `id` in `group` (Segment::groups are sorted).
+/// The index of member `id` in a sorted `group` (GroupTables::rank for any).
 int64_t rankIn(llvm::ArrayRef<int64_t> group, int64_t id) {
   const int64_t *at = llvm::lower_bound(group, id);
   assert(at != group.end() && *at == id && "not a member of the group");
@@ -296,6 +296,15 @@ struct GroupTables {
 
   GroupTables(const planner::DeviceSchedule &schedule,
               const std::vector<int64_t> &runsRowsOf) {
+    // Groups are in rank order, which is id order but for an all-to-all's
+    // (DeviceSchedule's matchExchange).
+    for (auto [s, segment] : llvm::enumerate(schedule.segments))
+      for (auto [g, members] : llvm::enumerate(segment.groups))
+        if (!llvm::is_sorted(members)) {
+          llvm::DenseMap<int64_t, int64_t> &ranks = unsortedRanks[{s, g}];
+          for (auto [r, member] : llvm::enumerate(members))
+            ranks[member] = r;
+        }
     std::vector<std::vector<std::optional<std::vector<RankDigit>>>> digitsOf =
         findDigits(schedule, runsRowsOf);
     InternedRows shapes, patterns;
@@ -324,12 +333,26 @@ struct GroupTables {
     ranks = std::move(patterns.table);
   }
 
+  /// The rank of member `id` in group g of segment s.
+  int64_t rank(size_t s, size_t g, llvm::ArrayRef<int64_t> group,
+               int64_t id) const {
+    auto unsorted = unsortedRanks.find({s, g});
+    if (unsorted == unsortedRanks.end())
+      return rankIn(group, id);
+    auto it = unsorted->second.find(id);
+    assert(it != unsorted->second.end() && "not a member of the group");
+    return it->second;
+  }
+
 private:
+  std::map<std::pair<size_t, size_t>, llvm::DenseMap<int64_t, int64_t>>
+      unsortedRanks;
+
   /// Per segment, per group: its rank digits, where they give every device
   /// that runs a member's rows that member's rank.
-  static std::vector<std::vector<std::optional<std::vector<RankDigit>>>>
+  std::vector<std::vector<std::optional<std::vector<RankDigit>>>>
   findDigits(const planner::DeviceSchedule &schedule,
-             const std::vector<int64_t> &runsRowsOf) {
+             const std::vector<int64_t> &runsRowsOf) const {
     const std::vector<int64_t> &devices = schedule.devices;
     std::vector<std::vector<std::optional<std::vector<RankDigit>>>> digitsOf;
     for (const planner::Segment &segment : schedule.segments) {
@@ -357,7 +380,7 @@ private:
         if (group < 0 || !digitsOf[s][group])
           continue;
         if (rankAt(*digitsOf[s][group], p) !=
-            rankIn(segment.groups[group], devices[q]))
+            rank(s, group, segment.groups[group], devices[q]))
           digitsOf[s][group].reset();
       }
     }
@@ -386,7 +409,7 @@ Block blockOf(const planner::DeviceSchedule &schedule, size_t p,
         range[kRankBegin] = digits->first;
         range[kRankEnd] = digits->second;
       } else {
-        range[kMembersRank] = rankIn(group, device);
+        range[kMembersRank] = groups.rank(s, mine.group, group, device);
       }
     }
     range[kBeforeBegin] = block.copies.size() / copyColumns;

@@ -9,8 +9,10 @@
 #include "absl/strings/str_cat.h"
 
 #include <algorithm>
+#include <cassert>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <unordered_map>
@@ -80,19 +82,18 @@ struct CopyLoop {
   int64_t count, src, dst;
 };
 
-/// A row copying `box` from `from` to `to` (`loop`: that many times, each
-/// moved by its strides), with dimensions merged wherever both sides are
-/// contiguous across them.
+/// A row copying `box` from `from` to `to` (inside `loops`, outermost
+/// first: each that many times, moved by its strides), with dimensions
+/// merged wherever both sides are contiguous across them. The loops and
+/// the box's outer dimensions must fit in `outerDims`.
 CopyRow makeRow(CopyKind kind, const Placement &from, const Placement &to,
                 const Box &box, int64_t elementBytes, int outerDims,
-                std::optional<CopyLoop> loop = std::nullopt) {
+                const std::vector<CopyLoop> &loops = {}) {
   using Dim = CopyLoop;
-  std::vector<Dim> dims;
-  if (loop)
-    dims.push_back(*loop);
+  std::vector<Dim> dims = loops;
   for (size_t d = 0; d < box.lo.size(); ++d)
     dims.push_back({box.hi[d] - box.lo[d], from.strides[d], to.strides[d]});
-  if (dims.empty() || (loop && dims.size() == 1))
+  if (dims.size() == loops.size())
     dims.push_back({1, elementBytes, elementBytes});
   // Merge an outer dimension into the next inner one when both buffers are
   // contiguous across the pair.
@@ -114,6 +115,8 @@ CopyRow makeRow(CopyKind kind, const Placement &from, const Placement &to,
   row.dstOffset = to.offset;
   row.runBytes = dims.back().count * elementBytes;
   dims.pop_back();
+  assert(dims.size() <= static_cast<size_t>(outerDims) &&
+         "more loops than the schedule's outer dimensions");
   size_t pad = outerDims - dims.size();
   row.counts.assign(pad, 1);
   row.srcStrides.assign(pad, 0);
@@ -655,80 +658,221 @@ std::optional<Piece> matchSymbolicReduction(const Step &step, size_t s,
   return reduceScatterOf(members, byRank, s, /*phase=*/0, tiles);
 }
 
-/// Where the chunks of a member's all-to-all lie in one of its tiles: the
-/// chunk of rank k at `first + k * step`, all of `box`'s shape.
-struct ChunkRun {
-  Box box;
-  int64_t first = 0, step = 0;
+/// One digit of an all-to-all rank: ranks k whose digit (k / weight) %
+/// count is t hold the chunk `t * delta` elements (per dimension) past rank
+/// 0's. An exchange's chunks lie in a member's tile as a mixed-radix
+/// pattern of the ranks: one digit per mesh axis that splits the other
+/// layout, merged where they are contiguous.
+struct RankDigit {
+  int64_t count = 1, weight = 1;
+  std::vector<int64_t> delta;
 };
 
-/// The chunks of an exchange of whole tiles in the tiles of kind `kind`
-/// (Source: what a member sends, cut by the others' destination tiles;
-/// Destination: what it receives, cut by the others' source tiles), when
-/// they are the same for every member and evenly spaced. Every member's
-/// `kind` tile then has one shape and strides, and along each dimension
-/// either all of them have one range (the others' tiles cut it: the chunk
-/// follows the other tile) or all the others' tiles have one range that
-/// encloses theirs (the chunk is the member's whole range). O(members).
-std::optional<ChunkRun> exchangeChunks(const std::vector<size_t> &positions,
-                                       const std::vector<Box> &own,
-                                       const std::vector<Box> &others,
-                                       BufferKind kind, const TileSet &tiles) {
-  const Tile &first = tiles.of(kind, positions.front());
-  size_t rank = first.box.lo.size();
+/// The digits, least significant first, that give `lo(k)` for every rank k
+/// of `n` (each `lo(k)` one vector): a run of ranks 0, w, 2w, ... is
+/// evenly spaced for the digit of weight w, as long as its count divides
+/// what is left of n. Nullopt where no such digits give every lo(k), or
+/// two ranks share a chunk. O(n x digits x rank).
+template <typename LoOf>
+std::optional<std::vector<RankDigit>> findRankDigits(int64_t n, LoOf loOf) {
+  std::vector<int64_t> origin = loOf(0);
+  size_t rank = origin.size();
+  auto delta = [&](int64_t k) {
+    std::vector<int64_t> lo = loOf(k);
+    for (size_t d = 0; d < rank; ++d)
+      lo[d] -= origin[d];
+    return lo;
+  };
+  std::vector<RankDigit> digits;
+  for (int64_t weight = 1; weight < n;) {
+    RankDigit digit{1, weight, delta(weight)};
+    if (std::all_of(digit.delta.begin(), digit.delta.end(),
+                    [](int64_t x) { return x == 0; }))
+      return std::nullopt;
+    // Ranks 0, weight, ..., (run - 1) * weight lie evenly spaced.
+    int64_t run = 2;
+    for (; weight * run < n; ++run) {
+      std::vector<int64_t> at = delta(weight * run);
+      bool even = true;
+      for (size_t d = 0; d < rank; ++d)
+        even &= at[d] == run * digit.delta[d];
+      if (!even)
+        break;
+    }
+    int64_t left = n / weight;
+    digit.count = std::min(run, left);
+    while (digit.count > 1 && left % digit.count != 0)
+      --digit.count;
+    if (digit.count < 2)
+      return std::nullopt;
+    weight *= digit.count;
+    digits.push_back(std::move(digit));
+  }
+  for (int64_t k = 1; k < n; ++k) {
+    std::vector<int64_t> expected(rank, 0);
+    for (const RankDigit &digit : digits)
+      for (size_t d = 0; d < rank; ++d)
+        expected[d] += (k / digit.weight) % digit.count * digit.delta[d];
+    if (expected != delta(k))
+      return std::nullopt;
+  }
+  return digits;
+}
+
+/// How the members of an exchange step (Step::exchange) run one
+/// all-to-all: in which rank order, and where each member's chunks lie.
+/// Found from the step's boxes alone, before any tile is laid out.
+struct ExchangeRanks {
+  /// order[k]: the index in Step::devices of rank k.
+  std::vector<size_t> order;
+  /// Per dimension of the sent (received) chunks: whether the chunk
+  /// follows the peer's destination (source) tile there; elsewhere it is
+  /// the member's whole range.
+  std::vector<bool> sentCut, receivedCut;
+  /// Where the chunk of rank k lies in a member's source (destination)
+  /// tile, as digits of k.
+  std::vector<RankDigit> sent, received;
+};
+
+/// Per dimension: whether the chunks cut by `others` follow them there
+/// (every `own` box has one range, enclosing theirs) or are the member's
+/// whole range (every `others` box has one range, enclosing the member's).
+/// Nullopt when a dimension is neither.
+std::optional<std::vector<bool>> chunkCuts(const std::vector<Box> &own,
+                                           const std::vector<Box> &others) {
   auto sameRange = [](const std::vector<Box> &boxes, size_t d) {
     return std::all_of(boxes.begin(), boxes.end(), [&](const Box &box) {
       return box.lo[d] == boxes.front().lo[d] &&
              box.hi[d] == boxes.front().hi[d];
     });
   };
+  auto encloses = [](const Box &outer, const std::vector<Box> &inner,
+                     size_t d) {
+    return std::all_of(inner.begin(), inner.end(), [&](const Box &box) {
+      return outer.lo[d] <= box.lo[d] && box.hi[d] <= outer.hi[d];
+    });
+  };
+  size_t rank = own.front().lo.size();
+  std::vector<bool> cut(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    if (sameRange(own, d) && encloses(own.front(), others, d))
+      cut[d] = true;
+    else if (!sameRange(others, d) || !encloses(others.front(), own, d))
+      return std::nullopt;
+  }
+  return cut;
+}
+
+/// The rank order and digits of exchange `step`, trying the members in id
+/// order (the communicator other collectives of the set share), then in
+/// the order of their source tiles, then of their destination tiles: an
+/// axis order or device ids that differ between the two layouts put the
+/// chunks out of id order but keep them a mixed-radix pattern of one of
+/// those orders. Nullopt where none gives one: the chunks differ in shape,
+/// or ids are shuffled between the two layouts.
+std::optional<ExchangeRanks> findExchangeRanks(const Step &step) {
+  const ExchangeTiles &exchange = *step.exchange;
+  size_t n = step.devices.size();
+  if (n < 2 || exchange.sources.size() != n ||
+      exchange.destinations.size() != n)
+    return std::nullopt;
+  ExchangeRanks ranks;
+  std::optional<std::vector<bool>> sentCut =
+      chunkCuts(exchange.sources, exchange.destinations);
+  std::optional<std::vector<bool>> receivedCut =
+      chunkCuts(exchange.destinations, exchange.sources);
+  if (!sentCut || !receivedCut)
+    return std::nullopt;
+  ranks.sentCut = std::move(*sentCut);
+  ranks.receivedCut = std::move(*receivedCut);
+  // The chunk of rank k starts where the peer's tile does along cut
+  // dimensions, where the member's own tile does elsewhere (the same
+  // offset, 0, for every member).
+  auto chunkStarts = [&](const std::vector<Box> &peers,
+                         const std::vector<bool> &cut) {
+    return [&peers, &cut, &ranks](int64_t k) {
+      const Box &peer = peers[ranks.order[k]];
+      std::vector<int64_t> lo(cut.size(), 0);
+      for (size_t d = 0; d < cut.size(); ++d)
+        if (cut[d])
+          lo[d] = peer.lo[d];
+      return lo;
+    };
+  };
+  auto byTiles = [&](const std::vector<Box> &tiles) {
+    std::stable_sort(
+        ranks.order.begin(), ranks.order.end(),
+        [&](size_t a, size_t b) { return tiles[a].lo < tiles[b].lo; });
+  };
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    ranks.order.resize(n);
+    std::iota(ranks.order.begin(), ranks.order.end(), size_t(0));
+    if (attempt == 1)
+      byTiles(exchange.sources);
+    if (attempt == 2)
+      byTiles(exchange.destinations);
+    std::optional<std::vector<RankDigit>> sent =
+        findRankDigits(static_cast<int64_t>(n),
+                       chunkStarts(exchange.destinations, ranks.sentCut));
+    if (!sent)
+      continue;
+    std::optional<std::vector<RankDigit>> received =
+        findRankDigits(static_cast<int64_t>(n),
+                       chunkStarts(exchange.sources, ranks.receivedCut));
+    if (!received)
+      continue;
+    ranks.sent = std::move(*sent);
+    ranks.received = std::move(*received);
+    return ranks;
+  }
+  return std::nullopt;
+}
+
+/// Where the chunks of a member's all-to-all lie in one of its tiles: the
+/// chunk of rank k at `first` plus, per digit of k, the digit times its
+/// byte stride (most significant digit first); all of `box`'s shape.
+struct ChunkRun {
+  Box box;
+  int64_t first = 0;
+  std::vector<std::pair<const RankDigit *, int64_t>> strides;
+};
+
+/// The chunks of an exchange of whole tiles in the tiles of kind `kind`
+/// (Source: what a member sends, cut by the others' destination tiles;
+/// Destination: what it receives, cut by the others' source tiles), given
+/// the ranks' digits there. Every member's `kind` tile must be `own`'s box
+/// with one shape and strides, and the chunks one shape. O(members).
+std::optional<ChunkRun> exchangeChunks(const std::vector<size_t> &positions,
+                                       const std::vector<Box> &own,
+                                       const std::vector<Box> &others,
+                                       const std::vector<bool> &cut,
+                                       const std::vector<RankDigit> &digits,
+                                       BufferKind kind, const TileSet &tiles) {
+  const Tile &first = tiles.of(kind, positions.front());
+  size_t rank = first.box.lo.size();
   for (size_t i = 0; i < positions.size(); ++i) {
     const Tile &tile = tiles.of(kind, positions[i]);
     if (!tile.present || tile.box != own[i] || tile.strides != first.strides)
       return std::nullopt;
     for (size_t d = 0; d < rank; ++d)
-      if (tile.box.hi[d] - tile.box.lo[d] != first.box.hi[d] - first.box.lo[d])
+      if (tile.box.hi[d] - tile.box.lo[d] !=
+              first.box.hi[d] - first.box.lo[d] ||
+          (cut[d] && others[i].hi[d] - others[i].lo[d] !=
+                         others.front().hi[d] - others.front().lo[d]))
         return std::nullopt;
   }
-  // Per dimension: whether the chunk follows the other member's tile.
-  std::vector<bool> cut(rank);
-  for (size_t d = 0; d < rank; ++d) {
-    if (sameRange(own, d)) {
-      cut[d] = true;
-      for (const Box &other : others)
-        if (other.lo[d] < own.front().lo[d] || other.hi[d] > own.front().hi[d])
-          return std::nullopt;
-    } else if (sameRange(others, d)) {
-      for (const Box &mine : own)
-        if (mine.lo[d] < others.front().lo[d] ||
-            mine.hi[d] > others.front().hi[d])
-          return std::nullopt;
-    } else {
-      return std::nullopt;
-    }
-  }
-  auto chunkOf = [&](size_t k) {
-    Box chunk = first.box;
-    for (size_t d = 0; d < rank; ++d)
-      if (cut[d]) {
-        chunk.lo[d] = others[k].lo[d];
-        chunk.hi[d] = others[k].hi[d];
-      }
-    return chunk;
-  };
   ChunkRun run;
-  run.box = chunkOf(0);
+  run.box = first.box;
+  for (size_t d = 0; d < rank; ++d)
+    if (cut[d])
+      run.box.lo[d] = others.front().lo[d],
+      run.box.hi[d] = others.front().hi[d];
   run.first = inTile(BufferSpace::Source, first, run.box).offset;
-  for (size_t k = 1; k < others.size(); ++k) {
-    Box chunk = chunkOf(k);
+  for (auto digit = digits.rbegin(); digit != digits.rend(); ++digit) {
+    int64_t stride = 0;
     for (size_t d = 0; d < rank; ++d)
-      if (chunk.hi[d] - chunk.lo[d] != run.box.hi[d] - run.box.lo[d])
-        return std::nullopt;
-    int64_t at = inTile(BufferSpace::Source, first, chunk).offset;
-    if (k == 1)
-      run.step = at - run.first;
-    if (at != run.first + static_cast<int64_t>(k) * run.step)
-      return std::nullopt;
+      stride += digit->delta[d] * first.strides[d];
+    run.strides.push_back({&*digit, stride});
   }
   return run;
 }
@@ -739,45 +883,53 @@ std::optional<ChunkRun> exchangeChunks(const std::vector<size_t> &positions,
 /// 0..n-1 (the caller's own included) into staging, unless they are the
 /// source tile in order; the call; a looped copy unpacks the chunks from
 /// ranks 0..n-1 into the destination tile, unless they are that tile in
-/// order and collectives may write it directly. Nullopt when the chunks
-/// are not evenly spaced in the tiles or not all of one size.
+/// order and collectives may write it directly. The loops run over the
+/// ranks' digits (ExchangeRanks), and the group lists the members in rank
+/// order. Nullopt when the tiles are not as the digits say.
 std::optional<Piece> matchExchange(const Step &step, size_t s,
+                                   const ExchangeRanks &ranks,
                                    const TileSet &tiles) {
-  const std::vector<int64_t> &members = step.devices;
   const ExchangeTiles &exchange = *step.exchange;
-  size_t n = members.size();
-  if (!validMembers(members) || exchange.sources.size() != n ||
-      exchange.destinations.size() != n)
-    return std::nullopt;
+  size_t n = ranks.order.size();
+  std::vector<int64_t> group;
   std::vector<size_t> positions;
-  for (int64_t member : members) {
-    std::optional<size_t> p = tiles.position(member);
+  std::vector<Box> sources, destinations;
+  for (size_t i : ranks.order) {
+    std::optional<size_t> p = tiles.position(step.devices[i]);
     if (!p)
       return std::nullopt;
+    group.push_back(step.devices[i]);
     positions.push_back(*p);
+    sources.push_back(exchange.sources[i]);
+    destinations.push_back(exchange.destinations[i]);
   }
-  size_t rank = exchange.sources.front().lo.size();
-  // The peer loop needs a loop of its own around the chunk's.
-  if (tiles.outerDims < static_cast<int>(rank))
-    return std::nullopt;
   std::optional<ChunkRun> sent =
-      exchangeChunks(positions, exchange.sources, exchange.destinations,
-                     BufferKind::Source, tiles);
+      exchangeChunks(positions, sources, destinations, ranks.sentCut,
+                     ranks.sent, BufferKind::Source, tiles);
   std::optional<ChunkRun> received =
-      exchangeChunks(positions, exchange.destinations, exchange.sources,
-                     BufferKind::Destination, tiles);
+      exchangeChunks(positions, destinations, sources, ranks.receivedCut,
+                     ranks.received, BufferKind::Destination, tiles);
   if (!sent || !received || sent->box.numElements() == 0 ||
       sent->box.numElements() != received->box.numElements())
     return std::nullopt;
   int64_t chunk = sent->box.numElements() * tiles.eb;
   int64_t all = static_cast<int64_t>(n) * chunk;
+  auto loops = [&](const ChunkRun &run, bool intoStaging) {
+    std::vector<CopyLoop> result;
+    for (auto [digit, stride] : run.strides) {
+      int64_t staged = digit->weight * chunk;
+      result.push_back({digit->count, intoStaging ? stride : staged,
+                        intoStaging ? staged : stride});
+    }
+    return result;
+  };
   const Tile &source = tiles.source[positions.front()];
   const Tile &destination = tiles.destination[positions.front()];
-  CopyRow pack = makeRow(
-      CopyKind::Copy,
-      Placement{BufferSpace::Source, sent->first, source.strides},
-      inStaging(0, sent->box, tiles.eb), sent->box, tiles.eb, tiles.outerDims,
-      CopyLoop{static_cast<int64_t>(n), sent->step, chunk});
+  CopyRow pack =
+      makeRow(CopyKind::Copy,
+              Placement{BufferSpace::Source, sent->first, source.strides},
+              inStaging(0, sent->box, tiles.eb), sent->box, tiles.eb,
+              tiles.outerDims, loops(*sent, /*intoStaging=*/true));
   bool packs = !(pack.srcOffset == 0 && pack.runBytes == all &&
                  source.box.numElements() * tiles.eb == all);
   int64_t recvAt = packs ? all : 0;
@@ -785,15 +937,15 @@ std::optional<Piece> matchExchange(const Step &step, size_t s,
       CopyKind::Copy, inStaging(recvAt, received->box, tiles.eb),
       Placement{BufferSpace::Destination, received->first, destination.strides},
       received->box, tiles.eb, tiles.outerDims,
-      CopyLoop{static_cast<int64_t>(n), chunk, received->step});
+      loops(*received, /*intoStaging=*/false));
   bool unpacks =
       !(tiles.direct && unpack.dstOffset == 0 && unpack.runBytes == all &&
         destination.box.numElements() * tiles.eb == all);
 
-  Piece piece = collectivePiece(SegmentMethod::AllToAll, s, 0, members);
-  for (size_t i = 0; i < n; ++i) {
-    DeviceSegment &rows = piece.rows[positions[i]];
-    CommRow call{CommKind::AllToAll, members[i], 0, chunk};
+  Piece piece = collectivePiece(SegmentMethod::AllToAll, s, 0, group);
+  for (size_t k = 0; k < n; ++k) {
+    DeviceSegment &rows = piece.rows[positions[k]];
+    CommRow call{CommKind::AllToAll, group[k], 0, chunk};
     call.space = packs ? BufferSpace::Staging : BufferSpace::Source;
     call.result = unpacks ? BufferPlace{BufferSpace::Staging, recvAt}
                           : BufferPlace{BufferSpace::Destination, 0};
@@ -1292,8 +1444,10 @@ bool isOwnCopy(const Transfer &copy, int64_t device) {
 class StepScheduler {
 public:
   StepScheduler(const TransferPlan &plan, const TileSet &tiles,
+                const std::map<size_t, ExchangeRanks> &exchangeRanks,
                 const ScheduleOptions &options, SegmentBuilder &builder)
-      : plan(plan), tiles(tiles), options(options), builder(builder),
+      : plan(plan), tiles(tiles), exchangeRanks(exchangeRanks),
+        options(options), builder(builder),
         stepsOf(stepsInvolving(plan, tiles)) {}
 
   absl::Status run() {
@@ -1325,6 +1479,8 @@ private:
 
   const TransferPlan &plan;
   const TileSet &tiles;
+  /// The exchange steps whose members run one all-to-all, by step.
+  const std::map<size_t, ExchangeRanks> &exchangeRanks;
   const ScheduleOptions &options;
   SegmentBuilder &builder;
   std::vector<std::vector<size_t>> stepsOf;
@@ -1343,13 +1499,9 @@ private:
 /// the all-to-all is its whole source tile), so the local copy of that box,
 /// in the step before it, goes.
 void StepScheduler::matchExchanges() {
-  if (!options.collectives)
-    return;
-  for (size_t s = 0; s < plan.steps.size(); ++s) {
+  for (const auto &[s, ranks] : exchangeRanks) {
     const Step &step = plan.steps[s];
-    if (!step.exchange)
-      continue;
-    std::optional<Piece> piece = matchExchange(step, s, tiles);
+    std::optional<Piece> piece = matchExchange(step, s, ranks, tiles);
     if (!piece)
       continue;
     for (size_t i = 0; i < step.devices.size(); ++i) {
@@ -1558,11 +1710,18 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
   schedule.devices = devices;
   schedule.elementBytes = plan.elementBytes;
   int rank = static_cast<int>(source.shape().size());
-  bool exchanges =
-      options.collectives &&
-      std::any_of(plan.steps.begin(), plan.steps.end(),
-                  [](const Step &step) { return step.exchange.has_value(); });
-  schedule.outerDims = exchanges ? rank : std::max(rank - 1, 0);
+  // An exchange's looped copies need one outer dimension per rank digit.
+  std::map<size_t, ExchangeRanks> exchangeRanks;
+  size_t digits = 0;
+  for (size_t s = 0; options.collectives && s < plan.steps.size(); ++s) {
+    if (!plan.steps[s].exchange || !validMembers(plan.steps[s].devices))
+      continue;
+    if (std::optional<ExchangeRanks> ranks = findExchangeRanks(plan.steps[s])) {
+      digits = std::max({digits, ranks->sent.size(), ranks->received.size()});
+      exchangeRanks.emplace(s, std::move(*ranks));
+    }
+  }
+  schedule.outerDims = std::max(rank - 1 + static_cast<int>(digits), 0);
   size_t numDevices = devices.size();
   if (!options.keepRows.empty() && options.keepRows.size() != numDevices)
     return absl::InvalidArgumentError(
@@ -1598,7 +1757,8 @@ absl::StatusOr<DeviceSchedule> polymesh::planner::scheduleForDevices(
       std::none_of(plan.steps.begin(), plan.steps.end(), [](const Step &step) {
         return step.kind == StepKind::ZeroFill;
       });
-  if (absl::Status status = StepScheduler(plan, tiles, options, builder).run();
+  if (absl::Status status =
+          StepScheduler(plan, tiles, exchangeRanks, options, builder).run();
       !status.ok())
     return status;
   schedule.writesSource = writesSourceBuffer(schedule);

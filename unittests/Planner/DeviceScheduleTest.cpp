@@ -40,6 +40,7 @@
 #include <tuple>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -632,13 +633,17 @@ private:
     return AssertionSuccess();
   }
 
-  /// AllGather, AllReduce and ReduceScatter, in place, as the runtime
-  /// defines them: rank r is the member's index in the sorted members;
-  /// sums are integer additions in rank order.
+  /// AllGather, AllReduce, ReduceScatter and AllToAll as the runtime
+  /// defines them: rank r is the member's index in the members, which are
+  /// sorted but for an all-to-all's; sums are integer additions in rank
+  /// order.
   AssertionResult runCollective(CommKind kind, size_t group) {
     const std::vector<int64_t> &members = segment_->groups[group];
-    if (members.size() < 2 || !std::is_sorted(members.begin(), members.end()) ||
-        std::adjacent_find(members.begin(), members.end()) != members.end())
+    std::vector<int64_t> sorted = members;
+    std::sort(sorted.begin(), sorted.end());
+    if (members.size() < 2 ||
+        (kind != CommKind::AllToAll && sorted != members) ||
+        std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
       return AssertionFailure() << "collective over members ["
                                 << absl::StrJoin(members, ", ") << "]";
     int64_t n = static_cast<int64_t>(members.size());
@@ -944,13 +949,15 @@ AssertionResult checkStructure(const DeviceSchedule &schedule,
   if (schedule.elementBytes != plan.elementBytes)
     return AssertionFailure() << "element size differs";
   int rank = static_cast<int>(plan.shape.size());
-  // One loop more, over the peers, for an all-to-all of whole tiles.
-  bool exchanges =
-      std::any_of(plan.steps.begin(), plan.steps.end(),
-                  [](const Step &step) { return step.exchange.has_value(); });
-  int expectedOuter = std::max(rank - 1, 0) + (exchanges ? 1 : 0);
-  if (schedule.outerDims != expectedOuter &&
-      schedule.outerDims != std::max(rank - 1, 0))
+  // Loops more, over the digits of the peers' ranks (each at least 2), for
+  // an all-to-all of whole tiles.
+  int digits = 0;
+  for (const Step &step : plan.steps)
+    if (step.exchange)
+      digits = std::max(digits, static_cast<int>(std::log2(
+                                    std::max<size_t>(step.devices.size(), 1))));
+  if (schedule.outerDims < std::max(rank - 1, 0) ||
+      schedule.outerDims > std::max(rank - 1 + digits, 0))
     return AssertionFailure() << "outerDims " << schedule.outerDims;
   // Segments run the step phases in order, several side by side where
   // their devices are disjoint (an all-reduce covers every phase of its
@@ -2018,11 +2025,21 @@ TEST(DeviceSchedule, TransposeIsOneAllToAllPerDevice) {
   EXPECT_EQ(sendRecv.stats.sendBytes, 56 * 4 * 6 * 4);
 }
 
-TEST(DeviceSchedule, ExchangesOutOfRankOrderRunAsTransfers) {
-  // Rows over ("y", "x"): the chunk from rank k lies at row block
-  // (k % 2) * 4 + k / 2, not evenly spaced in rank order; ids that do not
-  // follow positions likewise. Both stay one symbolic step and run as
-  // send/recv from its expansion.
+/// The groups of the schedule's all-to-all segments.
+std::vector<std::vector<int64_t>> allToAllGroups(const DeviceSchedule &s) {
+  std::vector<std::vector<int64_t>> groups;
+  for (const Segment &segment : s.segments)
+    if (segment.method == SegmentMethod::AllToAll)
+      groups.insert(groups.end(), segment.groups.begin(), segment.groups.end());
+  return groups;
+}
+
+TEST(DeviceSchedule, ExchangesOutOfIdOrderLoopOverRankDigits) {
+  // Rows over ("y", "x") to columns over ("x", "y"): in id order
+  // (x * 2 + y) the chunk sent to rank k is column block k, but the chunk
+  // received from rank k is row block (k % 2) * 4 + k / 2 of the
+  // destination tile: one all-to-all over the ids in order, unpacked by a
+  // copy with two loops, one per digit of k (x: 4, y: 2).
   Mesh mesh = makeMesh({{"x", 4}, {"y", 2}});
   PlanOptions symbolic;
   symbolic.symbolicExchanges = true;
@@ -2030,13 +2047,52 @@ TEST(DeviceSchedule, ExchangesOutOfRankOrderRunAsTransfers) {
       planAndRun(layout(mesh, {{"y", "x"}, {}}, {16, 24}),
                  layout(mesh, {{}, {"x", "y"}}, {16, 24}), 4, symbolic);
   ASSERT_TRUE(permuted.plan.steps.back().exchange.has_value());
-  EXPECT_EQ(permuted.stats.allToAllSegments, 0);
-  EXPECT_GT(permuted.stats.sendRecvSegments, 0);
+  EXPECT_EQ(permuted.stats.allToAllSegments, 1);
+  EXPECT_EQ(permuted.stats.sendRecvSegments, 0);
+  EXPECT_EQ(allToAllGroups(permuted.schedule),
+            (std::vector<std::vector<int64_t>>{{0, 1, 2, 3, 4, 5, 6, 7}}));
+  EXPECT_EQ(permuted.schedule.outerDims, 3);
+  for (const Segment &segment : permuted.schedule.segments) {
+    if (segment.method != SegmentMethod::AllToAll)
+      continue;
+    for (const DeviceSegment &rows : segment.perDevice) {
+      // The chunk (2 rows x 3 columns) is contiguous on both sides.
+      ASSERT_EQ(rows.after.size(), 1u);
+      EXPECT_EQ(rows.after[0].counts, (std::vector<int64_t>{1, 4, 2}));
+      EXPECT_EQ(rows.after[0].srcStrides,
+                (std::vector<int64_t>{0, 2 * 24, 24}));
+      EXPECT_EQ(rows.after[0].dstStrides,
+                (std::vector<int64_t>{0, 24, 4 * 24}));
+      EXPECT_EQ(rows.after[0].runBytes, 24);
+    }
+  }
+
+  // Ids that do not follow positions: in id order the chunks are shuffled,
+  // in the order of the tiles they are not. The communicator lists the
+  // members in that order.
   Mesh shuffled = makeMesh({{"x", 4}}, {7, 3, 11, 0});
   Checked ids = planAndRun(layout(shuffled, {{"x"}, {}}, {8, 8}),
                            layout(shuffled, {{}, {"x"}}, {8, 8}), 4, symbolic);
   ASSERT_TRUE(ids.plan.steps.back().exchange.has_value());
-  EXPECT_EQ(ids.stats.allToAllSegments, 0);
+  EXPECT_EQ(ids.stats.allToAllSegments, 1);
+  EXPECT_EQ(allToAllGroups(ids.schedule),
+            (std::vector<std::vector<int64_t>>{{7, 3, 11, 0}}));
+}
+
+TEST(DeviceSchedule, ExchangesShuffledBetweenLayoutsRunAsTransfers) {
+  // The destination mesh swaps devices 0 and 1: in every order of the
+  // members, one side's chunks are out of a mixed-radix pattern. The step
+  // stays symbolic and runs as send/recv from its expansion.
+  Mesh source = makeMesh({{"x", 8}});
+  Mesh destination = makeMesh({{"p", 8}}, {1, 0, 2, 3, 4, 5, 6, 7});
+  PlanOptions symbolic;
+  symbolic.symbolicExchanges = true;
+  Checked swapped =
+      planAndRun(layout(source, {{"x"}, {}}, {16, 16}),
+                 layout(destination, {{}, {"p"}}, {16, 16}), 4, symbolic);
+  ASSERT_TRUE(swapped.plan.steps.back().exchange.has_value());
+  EXPECT_EQ(swapped.stats.allToAllSegments, 0);
+  EXPECT_GT(swapped.stats.sendRecvSegments, 0);
 }
 
 TEST(DeviceScheduleProperty, RandomExchangesMatchTheSimulator) {
@@ -2090,7 +2146,9 @@ TEST(DeviceScheduleProperty, RandomExchangesMatchTheSimulator) {
     totals.allToAllUnpacks += checked.stats.allToAllUnpacks;
   }
   EXPECT_GT(symbolic, kCases / 2);
-  EXPECT_GT(totals.allToAllSegments, kCases / 8);
+  // Three in four of them (224 of 301 with this seed; 96 when only id
+  // order was tried) run as one all-to-all.
+  EXPECT_GT(totals.allToAllSegments, kCases / 2);
   EXPECT_GT(totals.allToAllPacks, 0);
   EXPECT_GT(totals.allToAllUnpacks, 0);
   RecordProperty("symbolic_exchanges", symbolic);

@@ -190,8 +190,10 @@ struct Segment {
   SegmentMethod method = SegmentMethod::Local;
   /// The step phases this segment runs side by side, in plan order.
   std::vector<StepPhase> phases;
-  /// Sorted communicator members of each collective side by side (every
-  /// method but Local and SendRecv); DeviceSegment::group indexes them.
+  /// Communicator members of each collective side by side (every method
+  /// but Local and SendRecv), in rank order: sorted, but for an all-to-all
+  /// whose chunks lie in the order of the members' tiles rather than of
+  /// their ids; DeviceSegment::group indexes them.
   std::vector<std::vector<int64_t>> groups;
   /// Indexed by the device's position in DeviceSchedule::devices (empty
   /// for a device whose rows ScheduleOptions::keepRows drops).
