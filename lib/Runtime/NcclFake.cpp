@@ -25,6 +25,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 // Opaque handle types of the libraries, defined here for the simulation.
@@ -150,6 +151,15 @@ struct Engine {
   FakeNccl::Counts counts;
   /// The other processes of the job, if any (connectSimulatedGpus).
   std::shared_ptr<SimulatedGpuTransport> transport;
+  /// While other processes are connected, streams progress on a thread of
+  /// their own, as GPUs and NCCL do without the host: otherwise a process
+  /// whose threads all wait elsewhere (on a store, for a unique id) would
+  /// never take in or post what its streams hold, and a peer process whose
+  /// host waits for that work (a kernel launch after a collective) would
+  /// never publish what the first waits for.
+  std::thread progressThread;
+  std::condition_variable stopCv;
+  bool stopProgress = false;
 };
 
 Engine &engine() {
@@ -1250,8 +1260,28 @@ SimulatedGpuTransport::~SimulatedGpuTransport() = default;
 
 void connectSimulatedGpus(std::shared_ptr<SimulatedGpuTransport> transport) {
   Engine &e = engine();
+  std::thread running;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    e.stopProgress = true;
+    running = std::move(e.progressThread);
+  }
+  e.stopCv.notify_all();
+  if (running.joinable())
+    running.join();
   std::lock_guard<std::mutex> lock(e.mu);
   e.transport = std::move(transport);
+  if (!e.transport)
+    return;
+  e.stopProgress = false;
+  e.progressThread = std::thread([&e] {
+    std::unique_lock<std::mutex> lock(e.mu);
+    while (!e.stopProgress) {
+      progress(e);
+      e.stopCv.wait_for(lock, std::chrono::milliseconds(1),
+                        [&e] { return e.stopProgress; });
+    }
+  });
 }
 
 void resetSimulatedGpus(int numDevices) {
@@ -1263,7 +1293,15 @@ void resetSimulatedGpus(int numDevices) {
   e.streams.clear();
   e.events.clear();
   e.comms.clear();
-  e.cliques.clear();
+  // A clique only other processes joined may be of a run this process has
+  // not reached yet (the progress thread takes in their messages early):
+  // it stays. Unique ids are never reused, so it cannot be a stale one's.
+  for (auto it = e.cliques.begin(); it != e.cliques.end();) {
+    const std::vector<ncclComm *> &ranks = it->second->ranks;
+    bool local = std::any_of(ranks.begin(), ranks.end(),
+                             [](ncclComm *rank) { return rank != nullptr; });
+    it = local || !e.transport ? e.cliques.erase(it) : std::next(it);
+  }
   e.injections.clear();
   e.lastError.clear();
   e.counts = FakeNccl::Counts();
