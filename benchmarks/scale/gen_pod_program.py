@@ -18,6 +18,12 @@ elements a device per peer: the chunks stay small at 65,536 devices)
   @seq_to_heads   rows over "x" -> columns over "x"
   @heads_to_seq   columns over "x" -> rows over "x"
 
+With --permuted-transpose, the same all-to-all over the pod mesh
+["dp"=DEVICES/256, "fsdp"=16, "tp"=16] with each dimension's axes in
+another order (chunks out of id order: the schedule loops over the
+digits of the peers' ranks), 4*DEVICES x 4*DEVICES f32:
+  @permuted       [{"tp","fsdp","dp"},{}] -> [{},{"dp","fsdp","tp"}]
+
 The four functions (each one reshard, so that a run can time them alone):
   @fsdp_to_tp     [{"dp","fsdp"},{"tp"}] -> [{"dp"},{"fsdp","tp"}]
   @gather_fsdp    [{"dp","fsdp"},{"tp"}] -> [{"dp"},{"tp"}]  (all-gather of fsdp)
@@ -37,6 +43,7 @@ def main():
     parser.add_argument("--only", choices=FUNCTIONS)
     parser.add_argument("--data-parallel", action="store_true")
     parser.add_argument("--transpose", action="store_true")
+    parser.add_argument("--permuted-transpose", action="store_true")
     args = parser.parse_args()
     n = args.devices
     if args.data_parallel:
@@ -46,6 +53,8 @@ def main():
     dp = n // 256
     if n % 256 or dp & (dp - 1):
         sys.exit("error: DEVICES must be 256 times a power of two")
+    if args.permuted_transpose:
+        return permuted_transpose(n, dp)
     half = n // 2
     # Each stage is half the pod: half of "dp", or of "fsdp" when dp is 1.
     stage_axes = (f'["dp"={dp // 2}, "fsdp"=16, "tp"=16]' if dp > 1 else
@@ -100,6 +109,17 @@ def transpose(n):
             f"#polymesh.sharding<@seq, {src}>}}) -> {t} {{\n"
             f"  %0 = polymesh.reshard %a <@seq, {dst}> : {t}\n"
             f"  return %0 : {t}\n}}\n")
+
+
+def permuted_transpose(n, dp):
+    t = f"tensor<{4 * n}x{4 * n}xf32>"
+    out = sys.stdout.write
+    out(f'polymesh.mesh @pod = <["dp"={dp}, "fsdp"=16, "tp"=16]>\n')
+    out(f"\nfunc.func @permuted(%a: {t} {{polymesh.sharding = "
+        f'#polymesh.sharding<@pod, [{{"tp", "fsdp", "dp"}}, {{}}]>}}) -> {t} {{\n'
+        f'  %0 = polymesh.reshard %a <@pod, [{{}}, {{"dp", "fsdp", "tp"}}]> : {t}\n'
+        f"  return %0 : {t}\n}}\n")
+
 
 if __name__ == "__main__":
     main()

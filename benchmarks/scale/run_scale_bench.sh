@@ -33,7 +33,9 @@
 # --data-parallel one instead: an all-reduce and a reduce-scatter over a
 # flat mesh of N devices (any N); planning time is per reshard all the same.
 # With PROGRAM=transpose, its --transpose one: the all-to-alls of sequence
-# parallelism over a flat mesh of N devices, rows to columns and back.
+# parallelism over a flat mesh of N devices, rows to columns and back;
+# with PROGRAM=permuted-transpose, one such all-to-all over the pod mesh
+# with each dimension's axes in another order (--permuted-transpose).
 #
 # Environment: REPS=5, TIMEOUT=300, LIMIT_MIB=16384, BUILD_DIR=build,
 # POLYMESH_OPT, KEEP_DIR (keep the programs and outputs there),
@@ -121,6 +123,8 @@ for n in "${ns[@]}"; do
     "$python" "$here/gen_pod_program.py" "$n" --data-parallel > "$program"
   elif [ "${PROGRAM:-pod}" = transpose ]; then
     "$python" "$here/gen_pod_program.py" "$n" --transpose > "$program"
+  elif [ "${PROGRAM:-pod}" = permuted-transpose ]; then
+    "$python" "$here/gen_pod_program.py" "$n" --permuted-transpose > "$program"
   else
     "$python" "$here/gen_pod_program.py" "$n" > "$program"
   fi
