@@ -7,6 +7,7 @@
 #include "ExchangeTables.h"
 
 #include "polymesh/Dialect/Polymesh/PlannerConversion.h"
+#include "polymesh/Planner/MixedRadix.h"
 #include "polymesh/Runtime/NcclAbi.h"
 #include "polymesh/Runtime/PolymeshRuntime.h"
 
@@ -228,36 +229,24 @@ int64_t rankAt(llvm::ArrayRef<RankDigit> digits, int64_t position) {
   return rank;
 }
 
-/// The digits of sorted `positions` as an iota pattern, minor first: the
-/// first `inner` positions repeat `size` times `stride` apart, and so on
-/// outwards (positions {1, 3, 5, 7}: one digit of stride 2, size 4). Each
-/// member's rank must also be what the digits read off its position, which
-/// the caller checks.
+/// The digits of sorted `positions` as an iota pattern, minor first
+/// (planner::mixedRadixDigits; positions {1, 3, 5, 7}: one digit of stride
+/// 2, size 4). Each member's rank must also be what the digits read off
+/// its position, which the caller checks.
 std::optional<std::vector<RankDigit>>
 iotaDigits(llvm::ArrayRef<int64_t> positions) {
-  std::vector<RankDigit> digits;
-  size_t n = positions.size(), inner = 1;
-  while (inner < n) {
-    int64_t stride = positions[inner] - positions[0];
-    size_t size = 1;
-    auto repeats = [&](size_t k) {
-      for (size_t i = 0; i < inner; ++i)
-        if (positions[k * inner + i] !=
-            positions[i] + static_cast<int64_t>(k) * stride)
-          return false;
-      return true;
-    };
-    while ((size + 1) * inner <= n && repeats(size))
-      ++size;
-    if (size == 1 || stride <= 0)
-      return std::nullopt;
-    digits.push_back(
-        {stride, static_cast<int64_t>(size), static_cast<int64_t>(inner)});
-    inner *= size;
-  }
-  if (inner != n)
+  auto digits = planner::mixedRadixDigits(
+      static_cast<int64_t>(positions.size()),
+      [&](int64_t k) { return std::vector<int64_t>{positions[k]}; });
+  if (!digits)
     return std::nullopt;
-  return digits;
+  std::vector<RankDigit> result;
+  for (const planner::MixedRadixDigit &digit : *digits) {
+    if (digit.delta.front() <= 0)
+      return std::nullopt;
+    result.push_back({digit.delta.front(), digit.count, digit.weight});
+  }
+  return result;
 }
 
 /// A flat table of rows stored once each: an equal row gets the first

@@ -5,6 +5,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Planner/DeviceSchedule.h"
+#include "polymesh/Planner/MixedRadix.h"
 
 #include "absl/strings/str_cat.h"
 
@@ -658,67 +659,6 @@ std::optional<Piece> matchSymbolicReduction(const Step &step, size_t s,
   return reduceScatterOf(members, byRank, s, /*phase=*/0, tiles);
 }
 
-/// One digit of an all-to-all rank: ranks k whose digit (k / weight) %
-/// count is t hold the chunk `t * delta` elements (per dimension) past rank
-/// 0's. An exchange's chunks lie in a member's tile as a mixed-radix
-/// pattern of the ranks: one digit per mesh axis that splits the other
-/// layout, merged where they are contiguous.
-struct RankDigit {
-  int64_t count = 1, weight = 1;
-  std::vector<int64_t> delta;
-};
-
-/// The digits, least significant first, that give `lo(k)` for every rank k
-/// of `n` (each `lo(k)` one vector): a run of ranks 0, w, 2w, ... is
-/// evenly spaced for the digit of weight w, as long as its count divides
-/// what is left of n. Nullopt where no such digits give every lo(k), or
-/// two ranks share a chunk. O(n x digits x rank).
-template <typename LoOf>
-std::optional<std::vector<RankDigit>> findRankDigits(int64_t n, LoOf loOf) {
-  std::vector<int64_t> origin = loOf(0);
-  size_t rank = origin.size();
-  auto delta = [&](int64_t k) {
-    std::vector<int64_t> lo = loOf(k);
-    for (size_t d = 0; d < rank; ++d)
-      lo[d] -= origin[d];
-    return lo;
-  };
-  std::vector<RankDigit> digits;
-  for (int64_t weight = 1; weight < n;) {
-    RankDigit digit{1, weight, delta(weight)};
-    if (std::all_of(digit.delta.begin(), digit.delta.end(),
-                    [](int64_t x) { return x == 0; }))
-      return std::nullopt;
-    // Ranks 0, weight, ..., (run - 1) * weight lie evenly spaced.
-    int64_t run = 2;
-    for (; weight * run < n; ++run) {
-      std::vector<int64_t> at = delta(weight * run);
-      bool even = true;
-      for (size_t d = 0; d < rank; ++d)
-        even &= at[d] == run * digit.delta[d];
-      if (!even)
-        break;
-    }
-    int64_t left = n / weight;
-    digit.count = std::min(run, left);
-    while (digit.count > 1 && left % digit.count != 0)
-      --digit.count;
-    if (digit.count < 2)
-      return std::nullopt;
-    weight *= digit.count;
-    digits.push_back(std::move(digit));
-  }
-  for (int64_t k = 1; k < n; ++k) {
-    std::vector<int64_t> expected(rank, 0);
-    for (const RankDigit &digit : digits)
-      for (size_t d = 0; d < rank; ++d)
-        expected[d] += (k / digit.weight) % digit.count * digit.delta[d];
-    if (expected != delta(k))
-      return std::nullopt;
-  }
-  return digits;
-}
-
 /// How the members of an exchange step (Step::exchange) run one
 /// all-to-all: in which rank order, and where each member's chunks lie.
 /// Found from the step's boxes alone, before any tile is laid out.
@@ -729,9 +669,9 @@ struct ExchangeRanks {
   /// follows the peer's destination (source) tile there; elsewhere it is
   /// the member's whole range.
   std::vector<bool> sentCut, receivedCut;
-  /// Where the chunk of rank k lies in a member's source (destination)
-  /// tile, as digits of k.
-  std::vector<RankDigit> sent, received;
+  /// Where the chunk of rank k starts in a member's source (destination)
+  /// tile, as digits of k (mixedRadixDigits).
+  std::vector<MixedRadixDigit> sent, received;
 };
 
 /// Per dimension: whether the chunks cut by `others` follow them there
@@ -811,14 +751,14 @@ std::optional<ExchangeRanks> findExchangeRanks(const Step &step) {
       byTiles(exchange.sources);
     if (attempt == 2)
       byTiles(exchange.destinations);
-    std::optional<std::vector<RankDigit>> sent =
-        findRankDigits(static_cast<int64_t>(n),
-                       chunkStarts(exchange.destinations, ranks.sentCut));
+    std::optional<std::vector<MixedRadixDigit>> sent =
+        mixedRadixDigits(static_cast<int64_t>(n),
+                         chunkStarts(exchange.destinations, ranks.sentCut));
     if (!sent)
       continue;
-    std::optional<std::vector<RankDigit>> received =
-        findRankDigits(static_cast<int64_t>(n),
-                       chunkStarts(exchange.sources, ranks.receivedCut));
+    std::optional<std::vector<MixedRadixDigit>> received =
+        mixedRadixDigits(static_cast<int64_t>(n),
+                         chunkStarts(exchange.sources, ranks.receivedCut));
     if (!received)
       continue;
     ranks.sent = std::move(*sent);
@@ -834,7 +774,7 @@ std::optional<ExchangeRanks> findExchangeRanks(const Step &step) {
 struct ChunkRun {
   Box box;
   int64_t first = 0;
-  std::vector<std::pair<const RankDigit *, int64_t>> strides;
+  std::vector<std::pair<const MixedRadixDigit *, int64_t>> strides;
 };
 
 /// The chunks of an exchange of whole tiles in the tiles of kind `kind`
@@ -842,12 +782,12 @@ struct ChunkRun {
 /// Destination: what it receives, cut by the others' source tiles), given
 /// the ranks' digits there. Every member's `kind` tile must be `own`'s box
 /// with one shape and strides, and the chunks one shape. O(members).
-std::optional<ChunkRun> exchangeChunks(const std::vector<size_t> &positions,
-                                       const std::vector<Box> &own,
-                                       const std::vector<Box> &others,
-                                       const std::vector<bool> &cut,
-                                       const std::vector<RankDigit> &digits,
-                                       BufferKind kind, const TileSet &tiles) {
+std::optional<ChunkRun>
+exchangeChunks(const std::vector<size_t> &positions,
+               const std::vector<Box> &own, const std::vector<Box> &others,
+               const std::vector<bool> &cut,
+               const std::vector<MixedRadixDigit> &digits, BufferKind kind,
+               const TileSet &tiles) {
   const Tile &first = tiles.of(kind, positions.front());
   size_t rank = first.box.lo.size();
   for (size_t i = 0; i < positions.size(); ++i) {

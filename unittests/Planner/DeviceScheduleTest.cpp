@@ -26,6 +26,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "polymesh/Planner/DeviceSchedule.h"
+#include "polymesh/Planner/MixedRadix.h"
 #include "polymesh/Planner/Planner.h"
 #include "polymesh/Planner/RandomLayout.h"
 #include "polymesh/Planner/Simulate.h"
@@ -2093,6 +2094,44 @@ TEST(DeviceSchedule, ExchangesShuffledBetweenLayoutsRunAsTransfers) {
   ASSERT_TRUE(swapped.plan.steps.back().exchange.has_value());
   EXPECT_EQ(swapped.stats.allToAllSegments, 0);
   EXPECT_GT(swapped.stats.sendRecvSegments, 0);
+}
+
+TEST(MixedRadix, RecoversRandomPatterns) {
+  // Random digits (counts 2-4, deltas of either sign in 2 dimensions): the
+  // values they give are read back as a pattern that gives the same values;
+  // the last value moved breaks it.
+  SplitMix64 rng(0x3a11ad1);
+  for (int i = 0; i < 200; ++i) {
+    std::vector<MixedRadixDigit> digits;
+    int64_t n = 1;
+    for (int64_t count = rng.uniform(1, 3); count > 0; --count) {
+      MixedRadixDigit digit{
+          rng.uniform(2, 4), n, {rng.uniform(-9, 9), rng.uniform(1, 9) * 10}};
+      n *= digit.count;
+      digits.push_back(digit);
+    }
+    std::vector<std::vector<int64_t>> values(n, std::vector<int64_t>{3, 5});
+    for (int64_t k = 0; k < n; ++k)
+      for (const MixedRadixDigit &digit : digits)
+        for (size_t d = 0; d < 2; ++d)
+          values[k][d] += (k / digit.weight) % digit.count * digit.delta[d];
+    auto found = mixedRadixDigits(n, [&](int64_t k) { return values[k]; });
+    ASSERT_TRUE(found.has_value()) << "case " << i;
+    for (int64_t k = 0; k < n; ++k) {
+      std::vector<int64_t> read = values[0];
+      for (const MixedRadixDigit &digit : *found)
+        for (size_t d = 0; d < 2; ++d)
+          read[d] += (k / digit.weight) % digit.count * digit.delta[d];
+      EXPECT_EQ(read, values[k]) << "case " << i << " k " << k;
+    }
+    // Two values are always a pattern.
+    if (n == 2)
+      continue;
+    values[n - 1][1] += 1;
+    EXPECT_FALSE(
+        mixedRadixDigits(n, [&](int64_t k) { return values[k]; }).has_value())
+        << "case " << i;
+  }
 }
 
 TEST(DeviceScheduleProperty, RandomExchangesMatchTheSimulator) {
